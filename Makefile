@@ -1,0 +1,61 @@
+# raco: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN     := $(VENV)/bin
+PYTEST  ?= $(BIN)/pytest
+RACO    := $(BIN)/raco
+STAMP   := $(VENV)/.installed
+TORCH_PIN := torch==2.13.0
+DATASET ?= adult
+ARGS    ?=
+
+# Offline mirror of the datasets: $RACO_DATA_MIRROR, else ../shared/datasets beside the checkout.
+RACO_DATA_MIRROR ?= $(if $(wildcard ../shared/datasets),$(abspath ../shared/datasets),)
+export RACO_DATA_MIRROR
+
+help: ## show this help
+	@grep -E '^[a-zA-Z0-9_%-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet -e '.[dev]' $(TORCH_PIN)
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install raco (torch pinned to the local CPU wheel)
+
+train: $(STAMP) ## the main job: raco train dataset=adult constraint=dp eps=1 (ARGS=... adds overrides)
+	$(RACO) train dataset=adult constraint=dp eps=1 $(ARGS)
+
+test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
+	$(PYTEST) -m "not slow and not gpu" -n 2 -q
+
+test-slow: $(STAMP) ## slow tests only (minutes)
+	$(PYTEST) -m "slow and not gpu" -q
+
+test-gpu: $(STAMP) ## GPU tests (skipped without CUDA)
+	$(PYTEST) -m gpu -q
+
+test-all: $(STAMP) ## every test
+	$(PYTEST) -q
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check raco_cli tests
+
+typecheck: $(STAMP) ## mypy
+	$(BIN)/mypy
+
+data: $(STAMP) ## download + verify a dataset: make data DATASET=adult
+	$(RACO) data fetch $(DATASET)
+
+bench: $(STAMP) ## time per step of RaCO-DP vs DP-SGD on Adult, batch 512
+	$(BIN)/python -m raco_cli.bench $(ARGS)
+
+clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
+	rm -rf outputs
+
+.PHONY: help install train test test-slow test-gpu test-all lint typecheck data bench clean-outputs

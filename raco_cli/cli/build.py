@@ -1,0 +1,228 @@
+"""DictConfig -> typed, validated specs (the first thing ``train`` does).
+
+Type and range errors become one-line :class:`ConfigError` messages naming the key, the
+value, what is allowed and what it means.  Registry names are checked here too, so calls
+from Python get the same messages as the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from raco_cli.errors import DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
+from raco_cli.methods.base import MethodSpec
+
+# keys excluded from the config hash: they do not change what a run computes
+_HASH_EXCLUDED = ("tracking", "hydra", "device", "paths")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    split_seed: int
+    subset: int | None
+    download: bool
+    mirror: str | None
+    data_dir: Path
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    name: str
+    gamma: float
+
+
+@dataclass(frozen=True)
+class TrackingSpec:
+    enabled: bool
+    uri: str | None
+    experiment: str
+    run_name: str | None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a training run needs, validated."""
+
+    eps: float
+    delta: float
+    seed: int
+    device: str
+    discretization: float
+    secure_rng: bool
+    dataset: DatasetSpec
+    constraint: ConstraintSpec
+    method: MethodSpec
+    model: Mapping[str, Any]
+    tracking: TrackingSpec
+    config_hash: str
+
+
+def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(TYPE.format(key=path, expected="a number", value=value, meaning=meaning))
+    return float(value)
+
+
+def _integer(cfg: Mapping[str, Any], key: str, path: str, meaning: str, *, optional: bool = False) -> int | None:
+    value = cfg.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(TYPE.format(key=path, expected="an integer", value=value, meaning=meaning))
+    return value
+
+
+def _boolean(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> bool:
+    value = cfg.get(key)
+    if not isinstance(value, bool):
+        raise ConfigError(TYPE.format(key=path, expected="true or false", value=value, meaning=meaning))
+    return value
+
+
+def _string(cfg: Mapping[str, Any], key: str, path: str, meaning: str, *, optional: bool = False) -> str | None:
+    value = cfg.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(TYPE.format(key=path, expected="a non-empty string", value=value, meaning=meaning))
+    return value
+
+
+def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
+    from raco_cli import methods
+
+    name = cfg.get("name")
+    if name not in methods.METHODS:
+        raise unknown_name("method", name, methods.METHODS)
+    kwargs: dict[str, Any] = {}
+    known = {f.name: f for f in fields(MethodSpec)}
+    for key, value in cfg.items():
+        if key not in known:
+            raise ConfigError(
+                f"Unknown key method.{key}. Allowed: {', '.join(sorted(known))}. "
+                "Method-specific settings go under method.options."
+            )
+        kwargs[key] = value
+    for key in ("lr", "lr_dual", "lambda_max", "temperature", "denominator_floor", "momentum",
+                "clip_norm", "noise_multiplier", "hist_noise_multiplier"):
+        value = kwargs.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            kwargs[key] = float(value)
+        elif value is not None and not isinstance(value, float):
+            raise ConfigError(TYPE.format(key=f"method.{key}", expected="a number", value=value,
+                                          meaning="see conf/method/<name>.yaml for its meaning."))
+    for key in ("batch_size", "steps", "max_steps", "eval_every", "micro_batch"):
+        if key in kwargs:
+            kwargs[key] = _integer(kwargs, key, f"method.{key}", "a count.", optional=key == "steps")
+    if "calibrate_noise" in kwargs:
+        kwargs["calibrate_noise"] = _boolean(kwargs, "calibrate_noise", "method.calibrate_noise",
+                                             "scale the noise to meet eps for a fixed number of steps.")
+    kwargs["options"] = dict(kwargs.get("options") or {})
+    return MethodSpec(**kwargs)
+
+
+def config_hash(cfg: Mapping[str, Any]) -> str:
+    """A stable hash of what a run computes (excludes tracking, paths, device, hydra)."""
+    plain = {k: v for k, v in cfg.items() if k not in _HASH_EXCLUDED}
+    blob = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
+    """Validate a composed config and turn it into a :class:`RunSpec`.
+
+    Raises:
+        ConfigError: the first invalid value, as one line.
+    """
+    from raco_cli import constraints, data, models
+
+    c: dict[str, Any] = (
+        OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[assignment]
+    )
+    eps = _number(c, "eps", "eps", "eps is the total privacy budget of the run.")
+    if not eps > 0 or math.isnan(eps):
+        raise ConfigError(EPS_RANGE.format(value=eps))
+    delta = _number(c, "delta", "delta", "delta is the failure probability of the guarantee.")
+    if not 0 < delta < 1:
+        raise ConfigError(DELTA_RANGE.format(value=delta))
+    seed = _integer(c, "seed", "seed", "the run seed.")
+    if seed is None or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer (got seed={seed}).")
+    device = _string(c, "device", "device", "auto, cpu, cuda or cuda:N.")
+    assert device is not None
+    if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:") or device == "mps"):
+        raise ConfigError(f"device must be one of auto, cpu, cuda, cuda:N (got device={device!r}).")
+    privacy = c.get("privacy") or {}
+    discretization = _number(privacy, "discretization", "privacy.discretization", "the PLD loss grid.")
+    if not 0 < discretization <= 0.1:
+        raise ConfigError(f"privacy.discretization must be in (0, 0.1] (got {discretization}); it is the PLD loss grid.")
+    secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
+
+    ds = c.get("dataset") or {}
+    ds_name = ds.get("name")
+    if ds_name not in data.DATASETS:
+        raise unknown_name("dataset", ds_name, data.DATASETS)
+    subset = _integer(ds, "subset", "dataset.subset", "rows kept per split (null = all).", optional=True)
+    if subset is not None and subset < 10:
+        raise ConfigError(f"dataset.subset must be >= 10 or null (got {subset}).")
+    mirror = ds.get("mirror")
+    dataset = DatasetSpec(
+        name=ds_name,
+        split_seed=int(_integer(ds, "split_seed", "dataset.split_seed", "the fixed split seed.") or 0),
+        subset=subset,
+        download=_boolean(ds, "download", "dataset.download", "download missing files."),
+        mirror=str(mirror) if mirror else None,
+        data_dir=Path(str((c.get("paths") or {}).get("data_dir") or "datasets")),
+        options=dict(ds.get("options") or {}),
+    )
+
+    con = c.get("constraint") or {}
+    if con.get("name") not in constraints.CONSTRAINTS:
+        raise unknown_name("constraint", con.get("name"), constraints.CONSTRAINTS)
+    gamma = _number(con, "gamma", "constraint.gamma", "gamma is the allowed gap of each rate constraint.")
+    constraint = ConstraintSpec(name=con["name"], gamma=gamma)
+    if gamma < 0 or math.isnan(gamma):
+        from raco_cli.errors import GAMMA_RANGE
+
+        raise ConfigError(GAMMA_RANGE.format(value=gamma))
+
+    method = _method_spec(c.get("method") or {})
+    model = dict(c.get("model") or {})
+    if model.get("name") not in models.MODELS:
+        raise unknown_name("model", model.get("name"), models.MODELS)
+
+    tr = c.get("tracking") or {}
+    enabled = _boolean(tr, "enabled", "tracking.enabled", "record the run in MLflow.")
+    tracking = TrackingSpec(
+        enabled=enabled,
+        uri=_string(tr, "uri", "tracking.uri", "the MLflow tracking URI.", optional=not enabled),
+        experiment=str(_string(tr, "experiment", "tracking.experiment", "the MLflow experiment name.")),
+        run_name=_string(tr, "run_name", "tracking.run_name", "the MLflow run name.", optional=True),
+    )
+    return RunSpec(
+        eps=eps,
+        delta=delta,
+        seed=seed,
+        device=device,
+        discretization=discretization,
+        secure_rng=secure_rng,
+        dataset=dataset,
+        constraint=constraint,
+        method=method,
+        model=model,
+        tracking=tracking,
+        config_hash=config_hash(c),
+    )

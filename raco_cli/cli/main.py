@@ -1,0 +1,108 @@
+"""The ``raco`` entry point: dispatch to sub-commands, with lazy imports (instant --help).
+
+A :class:`RacoError` from any sub-command prints one line to stderr and exits with 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from raco_cli.errors import RacoError
+
+USAGE = """\
+usage: raco <command> [options]
+
+Differentially private learning under rate constraints (RaCO-DP and baselines).
+
+commands:
+  train [overrides]     train one model (Hydra overrides; --multirun/-m for sweeps)
+  privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
+  data list|fetch|info  datasets: presence, download + checksum, split statistics
+
+examples:
+  raco train dataset=adult constraint=dp eps=1
+  raco train --multirun eps=0.5,1,2 seed=0,1,2 hydra/launcher=joblib
+  raco privacy epsilon --steps 1000 --sample-rate 0.01 --noise-multiplier 1 --hist-noise-multiplier 2 --delta 1e-5
+  raco data list
+
+`raco <command> --help` describes a command."""
+
+
+def train_help() -> str:
+    from raco_cli.cli.paths import GROUPS, group_options
+
+    lines = [
+        "usage: raco train [key=value ...] [group=option ...] [--multirun|-m] [--cfg job] [--hydra-help]",
+        "",
+        "Train one model with a Hydra-composed config (conf/config.yaml); summary.json goes to the",
+        "run directory (outputs/runs/...), metrics and artifacts to MLflow (tracking.uri).",
+        "",
+        "config groups (group=option):",
+    ]
+    for group in GROUPS:
+        opts = group_options(group)
+        if opts:
+            lines.append(f"  {group:<11} {', '.join(opts)}")
+    lines += [
+        "",
+        "top-level keys:",
+        "  eps=1.0  delta=1e-5  seed=0  device=auto  privacy.sampling via method.sampling=independent|shared",
+        "  constraint.gamma=0.05  method.steps=null (from budget)  method.batch_size=1024  tracking.uri=sqlite:///outputs/mlflow.db",
+        "",
+        "examples:",
+        "  raco train dataset=adult constraint=dp eps=1",
+        "  raco train method=dp_sgd constraint=none eps=2 seed=3",
+        "  raco train --multirun constraint.gamma=0.02,0.05,0.1 seed=0,1 hydra/launcher=joblib",
+        "  raco train --cfg job            # print the composed config and exit",
+    ]
+    return "\n".join(lines)
+
+
+def _train(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(train_help())
+        return 0
+    argv = ["--help" if a == "--hydra-help" else a for a in argv]
+    info_only = any(a in ("--cfg", "-c", "--info", "--help", "--resolve", "--shell-completion") for a in argv)
+    if not info_only:
+        from raco_cli.cli.validate import prevalidate
+
+        prevalidate(argv)
+    from raco_cli.cli.train import hydra_entry
+
+    sys.argv = ["raco train", *argv]
+    hydra_entry()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from raco_cli import __version__
+
+        print(f"raco {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "train":
+            return _train(rest)
+        if command == "privacy":
+            from raco_cli.cli import privacy_cmd
+
+            return privacy_cmd.main(rest)
+        if command == "data":
+            from raco_cli.cli import data_cmd
+
+            return data_cmd.main(rest)
+    except RacoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"error: unknown command '{command}'. Available: data, privacy, train. See raco --help.", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""Where the installed ``raco`` finds its configs: ``conf/`` beside the package (editable install)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(os.environ.get("RACO_PROJECT_ROOT") or Path(__file__).resolve().parents[2])
+CONF_DIR = PROJECT_ROOT / "conf"
+SWEEPS_DIR = PROJECT_ROOT / "sweeps"
+
+
+def register_resolvers() -> None:
+    """OmegaConf resolvers used by conf/: ``${raco_root:}`` is the project directory."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("raco_root"):
+        OmegaConf.register_new_resolver("raco_root", lambda: str(PROJECT_ROOT))
+
+
+def group_options(group: str) -> list[str]:
+    """Option names of a config group (the YAML files in ``conf/<group>/``)."""
+    d = CONF_DIR / group
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+GROUPS = ("dataset", "constraint", "method", "model", "tracking", "experiment", "debug")

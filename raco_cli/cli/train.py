@@ -1,0 +1,284 @@
+"""``raco train``: the Hydra application and the run pipeline.
+
+Pipeline of one run (STYLE 1.4): config -> typed :class:`RunSpec` -> data -> constraints ->
+model -> privacy plan -> (only now) MLflow run -> method.fit -> re-account -> summary.json,
+curves, MLflow records.  Everything that can reject a run happens before the MLflow store
+is touched, so bad input never leaves a half-written record.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from raco_cli.cli.build import RunSpec, build_run_spec
+from raco_cli.cli.paths import CONF_DIR, register_resolvers
+from raco_cli.errors import RacoError
+
+log = logging.getLogger(__name__)
+
+
+class _Progress:
+    """tqdm progress bar on stderr (disabled when stderr is not a terminal)."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="step", leave=False, disable=None, file=sys.stderr)
+
+    def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
+        self.bar.update(1)
+        if step % 20 == 0:
+            self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
+
+    def on_eval(self, record: Any) -> None:
+        val = record.metrics["val"]
+        self.bar.set_postfix({"val_acc": f"{val['accuracy']:.4f}", "viol": f"{record.metrics['train']['violation_hard']:.3f}"}, refresh=False)
+        log.info(
+            "step %d val_acc=%.4f train_violation=%.4f lam_max=%.3f",
+            record.step, val["accuracy"], record.metrics["train"]["violation_hard"], max(record.lam) if record.lam else 0.0,
+        )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class _FanOut:
+    def __init__(self, *reporters: Any) -> None:
+        self.reporters = [r for r in reporters if r is not None]
+
+    def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
+        for r in self.reporters:
+            r.on_step(step, total, values)
+
+    def on_eval(self, record: Any) -> None:
+        for r in self.reporters:
+            r.on_eval(record)
+
+
+def load_data(spec: RunSpec):
+    from raco_cli import data
+
+    ds = spec.dataset
+    loaded = data.load(
+        ds.name,
+        data_dir=ds.data_dir,
+        mirror=ds.mirror,
+        allow_download=ds.download,
+        split_seed=ds.split_seed,
+        options=ds.options,
+    )
+    if ds.subset is not None:
+        loaded = loaded.subset(ds.subset, seed=ds.split_seed)
+    return loaded
+
+
+def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None) -> dict[str, Any]:
+    """Run one training job and return its summary (also written to ``run_dir/summary.json``).
+
+    Raises:
+        RacoError: bad config, missing data, or an unreachable budget (before any MLflow write).
+    """
+    import torch
+
+    from raco_cli import constraints as constraints_mod
+    from raco_cli import methods, models
+    from raco_cli.figures.curves import plot_training_curves
+    from raco_cli.methods.base import Seeds
+    from raco_cli.methods.core import resolve_device
+    from raco_cli.methods.planning import plan
+    from raco_cli.privacy import accountant
+    from raco_cli.tracking import summary as summary_mod
+
+    t_start = time.time()
+    spec = build_run_spec(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    run_dir = Path(run_dir)
+    method = methods.get(spec.method.name)
+    log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
+    data = load_data(spec)
+    log.info("Group sizes (train): %s", data.group_sizes("train"))
+    cons = constraints_mod.build(
+        spec.constraint.name, n_classes=data.n_classes, n_groups=data.n_groups, gamma=spec.constraint.gamma
+    )
+    constrained = not cons.is_empty
+    model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=spec.model)
+    n_train = len(data.splits["train"])
+    pplan = plan(
+        method, spec.method, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
+    )
+    log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
+    device = resolve_device(spec.device)
+    seeds = Seeds.from_seed(spec.seed)
+
+    recorder = None
+    if spec.tracking.enabled:
+        from raco_cli.tracking.mlflow_store import RunRecorder
+
+        tags = {
+            "method": spec.method.name,
+            "dataset": spec.dataset.name,
+            "constraint": spec.constraint.name,
+            "raco.config_hash": spec.config_hash,
+            "raco.run_dir": str(run_dir),
+        }
+        run_name = spec.tracking.run_name or (
+            f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+        )
+        recorder = RunRecorder(
+            uri=str(spec.tracking.uri),
+            experiment=spec.tracking.experiment,
+            run_name=run_name,
+            params=resolved,
+            tags=tags,
+            parent_sweep_dir=sweep_dir,
+        )
+    progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}")
+    status = "FAILED"
+    try:
+        result = method.fit(
+            data, model, cons, pplan.spec, steps=pplan.steps, seeds=seeds, device=device, reporter=_FanOut(progress, recorder)
+        )
+        progress.close()
+        event = accountant.repeated_event(method.step_event(pplan.spec, pplan.sample_rate, constrained=constrained), result.steps)
+        eps_spent = accountant.epsilon(event, spec.delta, discretization=spec.discretization) if method.PRIVATE else None
+        if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
+            raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
+        rec = result.selected_record
+        summary = {
+            "schema_version": summary_mod.SCHEMA_VERSION,
+            "method": spec.method.name,
+            "dataset": spec.dataset.name,
+            "constraint": spec.constraint.name,
+            "constraints": list(cons.names),
+            "gamma": spec.constraint.gamma,
+            "eps_target": spec.eps if method.PRIVATE else None,
+            "eps_spent": eps_spent,
+            "delta": spec.delta,
+            "private": bool(method.PRIVATE),
+            "event": str(event),
+            "steps": result.steps,
+            "sample_rate": pplan.sample_rate,
+            "sampling": pplan.spec.sampling,
+            "seed": spec.seed,
+            "seeds": {"init": seeds.init, "sampling": seeds.sampling, "noise": seeds.noise},
+            "selection": pplan.spec.selection,
+            "selected_step": rec.step,
+            "satisfied": bool(rec.metrics["train"]["satisfied"]),
+            "metrics": rec.metrics,
+            "last_metrics": result.history[-1].metrics,
+            "lambda": result.lam,
+            "hyperparameters": _spec_dict(pplan.spec),
+            "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
+            "stats": {**result.stats, "wall_time_s": time.time() - t_start, "releases": result.releases},
+            "config_hash": spec.config_hash,
+            "device": str(device),
+        }
+        if recorder is not None:
+            summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+        summary_path = summary_mod.write(summary, run_dir / "summary.json")
+        curves = plot_training_curves(
+            result.history, gamma=spec.constraint.gamma, path=run_dir / "curves.png",
+            title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
+        )
+        OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
+        torch.save(result.state_dict, run_dir / "model.pt")
+        if recorder is not None:
+            _log_final(recorder, summary, [summary_path, curves, run_dir / "config.yaml"])
+        status = "FINISHED"
+        return summary
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        progress.close()
+        if recorder is not None:
+            recorder.finish(status)
+
+
+def _spec_dict(spec: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(spec).items()}
+
+
+def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) -> None:
+    final = {}
+    for split, m in summary["metrics"].items():
+        for name in ("accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard", "dp_gap", "eo_gap", "fnr", "fpr"):
+            v = m.get(name)
+            if isinstance(v, (int, float)) and v == v:
+                final[f"final/{split}/{name}"] = float(v)
+        final[f"final/{split}/satisfied"] = float(bool(m["satisfied"]))
+        for group, acc in (m.get("group_accuracy") or {}).items():
+            if acc is not None:
+                final[f"final/{split}/group_accuracy/{group}"] = float(acc)
+    if summary["eps_spent"] is not None:
+        final["privacy/eps_spent"] = float(summary["eps_spent"])
+    final["privacy/steps"] = float(summary["steps"])
+    final["selected_step"] = float(summary["selected_step"])
+    final["time_per_step_ms"] = float(summary["stats"]["time_per_step_ms"])
+    recorder.log_metrics(final, step=int(summary["steps"]))
+    recorder.set_tags({"satisfied": str(summary["satisfied"]).lower(), "private": str(summary["private"]).lower()})
+    for path in artifacts:
+        recorder.log_artifact(path)
+
+
+def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
+    """The short result table printed after a run."""
+    test = summary["metrics"]["test"]
+    lines = [
+        f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
+        f"  test accuracy        {test['accuracy']:.4f}",
+        f"  test DP gap (hard)   {test['dp_gap']:.4f}",
+        f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})",
+    ]
+    if summary["eps_spent"] is not None:
+        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+    else:
+        lines.append("  eps spent            not private")
+    lines += [
+        f"  steps                {summary['steps']} (selected step {summary['selected_step']})",
+        f"  summary              {Path(run_dir) / 'summary.json'}",
+    ]
+    if "mlflow" in summary:
+        lines.append(f"  mlflow run           {summary['mlflow']['run_id']} ({summary['mlflow']['uri']})")
+    return "\n".join(lines)
+
+
+def hydra_entry() -> None:
+    """Run the Hydra application on ``sys.argv`` (``train`` already stripped)."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    register_resolvers()
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+    def _task(cfg: DictConfig) -> float | None:
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        multirun = hc.mode == RunMode.MULTIRUN
+        try:
+            summary = train(cfg, run_dir=run_dir, sweep_dir=Path(hc.sweep.dir) if multirun else None)
+        except RacoError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            if multirun:  # one bad job must not stop the sweep
+                return None
+            raise SystemExit(2) from None
+        except Exception as exc:  # a bug: keep the traceback; in a sweep, record and go on
+            if not multirun:
+                raise
+            log.exception("job failed")
+            print(f"error: job {hc.job.num} failed: {type(exc).__name__}: {exc} (traceback in {run_dir})", file=sys.stderr)
+            return None
+        print(format_result(summary, run_dir), flush=True)
+        return float(summary["metrics"]["val"]["accuracy"])
+
+    _task()

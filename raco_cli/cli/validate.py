@@ -1,0 +1,105 @@
+"""Validate ``raco train`` overrides before Hydra launches anything.
+
+Hydra reports a bad override with a multi-line message and exit code 1, after creating
+output directories; a bad value of ours would surface only inside the job.  Here every
+override is parsed, group options are checked against ``conf/``, and the config is
+composed and turned into a :class:`RunSpec` - for a multirun once per swept value - so a
+bad input gives one line and exit code 2 before any run directory or MLflow record exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from raco_cli.cli.build import build_run_spec
+from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options, register_resolvers
+from raco_cli.errors import ConfigError, unknown_name
+
+HYDRA_PREFIXES = ("hydra.", "hydra/", "+hydra", "~hydra", "++hydra")
+
+
+def _first_line(exc: BaseException) -> str:
+    """Hydra's messages span lines; keep the first and the root cause (last line) on one."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if exc.__cause__ is not None:  # e.g. "Key 'lrr' is not in struct"
+        root = str(exc.__cause__).strip().splitlines()
+        if root:
+            return f"{lines[0]} {root[0].replace('is not in struct', 'is not in the config')}; check the key name (raco train --cfg job prints the config)"
+    return f"{lines[0]} ({lines[-1]})" if len(lines) > 1 else lines[0]
+
+
+def _is_hydra_override(arg: str) -> bool:
+    return arg.startswith(HYDRA_PREFIXES)
+
+
+def job_overrides(args: Sequence[str]) -> list[str]:
+    """The overrides that shape the job config (no flags, no hydra.* settings)."""
+    return [a for a in args if not a.startswith("-") and not _is_hydra_override(a)]
+
+
+def _variants(overrides: list[str]) -> list[list[str]]:
+    """Override lists to compose: the first value of every sweep, then each other value alone."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as exc:  # noqa: BLE001 - hydra's parse errors
+        raise ConfigError(f"Cannot parse overrides {overrides}: {_first_line(exc)}") from None
+    base: list[str] = []
+    sweeps: list[tuple[int, list[str]]] = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            values = list(o.sweep_string_iterator())
+            if not values:
+                raise ConfigError(f"Override {o.input_line} sweeps over no values.")
+            sweeps.append((len(base), [f"{key}={v}" for v in values]))
+            base.append(f"{key}={values[0]}")
+        else:
+            base.append(o.input_line)
+        group = o.key_or_group
+        if group in GROUPS and not o.is_delete():
+            opts = group_options(group)
+            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+            for v in values:
+                if isinstance(v, str) and v not in opts and not (group in ("experiment", "debug") and v == "null"):
+                    raise unknown_name(group, v, opts)
+    variants = [base]
+    for pos, values in sweeps:
+        for v in values[1:]:
+            variant = list(base)
+            variant[pos] = v
+            variants.append(variant)
+    return variants
+
+
+def prevalidate(args: Sequence[str]) -> None:
+    """Compose the config for every override variant and validate it.
+
+    Raises:
+        ConfigError: the first problem, as one line.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_resolvers()
+    overrides = job_overrides(args)
+    variants = _variants(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            for variant in variants:
+                try:
+                    cfg = compose(config_name="config", overrides=variant)
+                except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
+                    raise ConfigError(f"Invalid override in {variant}: {_first_line(exc)}") from None
+                try:
+                    build_run_spec(cfg)
+                except ConfigError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - interpolation errors while resolving
+                    raise ConfigError(f"Invalid configuration: {_first_line(exc)}") from None
+    finally:
+        GlobalHydra.instance().clear()

@@ -1,0 +1,303 @@
+"""Generalized rate constraints as data (paper Section 3, eq. 6; Appendix A).
+
+A rate constraint j is ``Gamma_j(theta) = sum_{I in I_j} sum_k alpha_{j,I,k} P_k(D_I; theta) <= gamma_j``
+where ``D_I`` is a union of cells of a *global partition* ``{D_1..D_Q}`` and ``P_k`` is the
+(soft or hard) rate of predicted class k on it.
+
+Constraints are written over the *fine cells* ``(label y, group z)`` of a dataset; the global
+partition is then derived as the smallest one that serves every constraint (paper Remark 1):
+two fine cells share a global cell iff every subset used by any constraint contains both or
+neither.  One :class:`ConstraintSet` serves
+
+* the private histogram ``H`` (Q, K) of the step (paper eq. 8): :meth:`cells` maps rows to q,
+* ``Gamma_post(H)`` for the dual step (paper eq. 12): :meth:`gamma_post`,
+* the per-sample regularizer weights of the primal step (paper eq. 10): :meth:`cell_weights`,
+* the exact (non-private) constraint values of the evaluation: :meth:`gamma_post` on an
+  exact histogram of a whole split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from raco_cli.errors import GAMMA_RANGE, ConfigError
+
+FineCell = tuple[int, int]  # (label y, group z)
+
+
+@dataclass(frozen=True)
+class RateTerm:
+    """One term ``alpha * P_k(D_S)`` of a rate constraint.
+
+    Attributes:
+        subset: the fine cells ``(y, z)`` whose union is ``D_S``.
+        k: predicted class whose rate is taken.
+        alpha: public weight.
+    """
+
+    subset: frozenset[FineCell]
+    k: int
+    alpha: float
+
+
+@dataclass(frozen=True)
+class RateConstraint:
+    """One constraint ``Gamma_j = sum_terms alpha * P_k(D_S) <= gamma`` (paper eq. 6)."""
+
+    name: str
+    terms: tuple[RateTerm, ...]
+    gamma: float
+    family: str = "custom"
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.gamma) or self.gamma < 0:
+            raise ConfigError(GAMMA_RANGE.format(value=self.gamma))
+        if not self.terms:
+            raise ConfigError(f"Rate constraint '{self.name}' has no terms.")
+        for t in self.terms:
+            if not t.subset:
+                raise ConfigError(f"Rate constraint '{self.name}' has a term with an empty subset.")
+
+
+@dataclass(frozen=True)
+class ConstraintSet:
+    """A set of J rate constraints compiled to arrays over the smallest global partition.
+
+    Attributes:
+        constraints: the J constraints.
+        n_classes: K, the number of classes (predicted and true).
+        n_groups: number of sensitive groups.
+        cell_of: (K, n_groups) int array, fine cell (y, z) -> global cell q in 0..Q-1.
+        membership: (M, Q) float array, ``A[m, q] = 1`` iff global cell q is in subset m.
+        alpha: (J, M, K) float array of weights.
+        gamma: (J,) slacks.
+    """
+
+    constraints: tuple[RateConstraint, ...]
+    n_classes: int
+    n_groups: int
+    cell_of: np.ndarray = field(repr=False)
+    membership: np.ndarray = field(repr=False)
+    alpha: np.ndarray = field(repr=False)
+    gamma: np.ndarray = field(repr=False)
+
+    # --- construction --------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls, constraints: Iterable[RateConstraint], *, n_classes: int, n_groups: int
+    ) -> ConstraintSet:
+        """Compile constraints, deriving the smallest global partition (paper Remark 1)."""
+        constraints = tuple(constraints)
+        for c in constraints:
+            for t in c.terms:
+                for y, z in t.subset:
+                    if not (0 <= y < n_classes and 0 <= z < n_groups):
+                        raise ConfigError(
+                            f"Rate constraint '{c.name}' refers to cell (label={y}, group={z}); "
+                            f"the data has labels 0..{n_classes - 1} and groups 0..{n_groups - 1}."
+                        )
+                if not 0 <= t.k < n_classes:
+                    raise ConfigError(
+                        f"Rate constraint '{c.name}' refers to predicted class {t.k}; "
+                        f"the data has classes 0..{n_classes - 1}."
+                    )
+        subsets = sorted({t.subset for c in constraints for t in c.terms}, key=_subset_key)
+        fine = [(y, z) for y in range(n_classes) for z in range(n_groups)]
+        # Remark 1: the signature of a fine cell is which subsets contain it.
+        signatures = [tuple(cell in s for s in subsets) for cell in fine]
+        order = sorted(set(signatures), key=lambda sig: fine[signatures.index(sig)])
+        index = {sig: q for q, sig in enumerate(order)}
+        cell_of = np.zeros((n_classes, n_groups), dtype=np.int64)
+        for (y, z), sig in zip(fine, signatures):
+            cell_of[y, z] = index[sig]
+        Q = len(order)
+        membership = np.zeros((len(subsets), Q))
+        for m, s in enumerate(subsets):
+            for y, z in s:
+                membership[m, cell_of[y, z]] = 1.0
+        alpha = np.zeros((len(constraints), len(subsets), n_classes))
+        sub_index = {s: m for m, s in enumerate(subsets)}
+        for j, c in enumerate(constraints):
+            for t in c.terms:
+                alpha[j, sub_index[t.subset], t.k] += t.alpha
+        gamma = np.array([c.gamma for c in constraints], dtype=float)
+        return cls(constraints, n_classes, n_groups, cell_of, membership, alpha, gamma)
+
+    # --- shapes --------------------------------------------------------------------------
+
+    @property
+    def J(self) -> int:
+        """Number of constraints."""
+        return len(self.constraints)
+
+    @property
+    def Q(self) -> int:
+        """Number of cells of the global partition."""
+        return self.membership.shape[1]
+
+    @property
+    def M(self) -> int:
+        """Number of distinct subsets ``D_I`` used by the constraints."""
+        return self.membership.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.n_classes
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.constraints)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.J == 0
+
+    # --- the maths -----------------------------------------------------------------------
+
+    def cells(self, y: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Global cell q of each row, shape (n,)."""
+        return self.cell_of[np.asarray(y), np.asarray(group)]
+
+    def histogram(self, probs: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """Exact histogram ``H[q, k] = sum_{x in D_q} probs[x, k]`` (paper eq. 8), shape (Q, K)."""
+        H = np.zeros((self.Q, self.K))
+        np.add.at(H, cells, probs)
+        return H
+
+    def denominators(self, H: np.ndarray, *, floor: float | None) -> np.ndarray:
+        """``|B_I| = sum_{i in I} sum_k H[i, k]`` per subset, shape (M,).
+
+        Read from the (noisy) histogram as post-processing (paper Section 4.2).
+        With ``floor`` the values pass through :func:`clamp_denominators`; with ``None``
+        zero denominators (empty subsets) give NaN rates downstream.
+        """
+        return denominators(self.membership, np.asarray(H, dtype=float), floor)
+
+    def rates(self, H: np.ndarray, *, floor: float | None) -> np.ndarray:
+        """``P_k(D_I) = sum_{i in I} H[i,k] / |B_I|``, shape (M, K)."""
+        return rates(self.membership, np.asarray(H, dtype=float), floor)
+
+    def gamma_post(self, H: np.ndarray, *, floor: float | None) -> np.ndarray:
+        """``Gamma_post_j(H)`` (paper eq. 12), shape (J,).
+
+        On the exact histogram of a set of rows this equals ``Gamma_j`` on those rows.
+        """
+        return gamma_post(self.membership, self.alpha, np.asarray(H, dtype=float), floor)
+
+    def cell_weights(self, H: np.ndarray, lam: np.ndarray, *, floor: float) -> np.ndarray:
+        """Per-sample regularizer weights ``c[q, k]`` (paper eq. 10), shape (Q, K); see
+        :func:`cell_weights`."""
+        return cell_weights(self.membership, self.alpha, np.asarray(H, dtype=float), np.asarray(lam, dtype=float), floor)
+
+    def to_torch(self, device: object = "cpu") -> ConstraintTensors:
+        """The arrays as float64 torch tensors on a device, for the training loop."""
+        import torch
+
+        return ConstraintTensors(
+            membership=torch.as_tensor(self.membership, dtype=torch.float64, device=device),
+            alpha=torch.as_tensor(self.alpha, dtype=torch.float64, device=device),
+            gamma=torch.as_tensor(self.gamma, dtype=torch.float64, device=device),
+        )
+
+
+@dataclass(frozen=True)
+class ConstraintTensors:
+    """:class:`ConstraintSet` arrays as torch tensors (the same maths, on the device)."""
+
+    membership: Any
+    alpha: Any
+    gamma: Any
+
+    def step(self, H: Any, lam: Any, *, floor: float) -> tuple[Any, Any]:
+        """Regularizer weights (Q, K) and dual gradient ``Gamma_post(H) - gamma`` (J,) of a step.
+
+        On the CPU the tiny (Q, K) maths runs in numpy on shared memory (a torch op costs
+        several microseconds of dispatch, a numpy op about one); on an accelerator it stays
+        on the device.
+        """
+        if H.device.type == "cpu":
+            import torch
+
+            arrays = (self.membership.numpy(), self.alpha.numpy(), H.numpy(), lam.numpy())
+            denom = denominators(arrays[0], arrays[2], floor)
+            weights = cell_weights(*arrays, floor, denom=denom)
+            g = gamma_post(arrays[0], arrays[1], arrays[2], floor, denom=denom) - self.gamma.numpy()
+            return torch.from_numpy(weights), torch.from_numpy(g)
+        denom = denominators(self.membership, H, floor)
+        weights = cell_weights(self.membership, self.alpha, H, lam, floor, denom=denom)
+        return weights, gamma_post(self.membership, self.alpha, H, floor, denom=denom) - self.gamma
+
+
+# --- the maths, written once for numpy arrays and torch tensors -----------------------------
+# (``@``, ``.sum(1)``, ``.clip(min=)`` and einsum behave alike in both libraries)
+
+
+def denominators(membership: Any, H: Any, floor: float | None) -> Any:
+    """``|B_I| = sum_{i in I} sum_k H[i, k]`` for every subset I, shape (M,)."""
+    denom = membership @ H.sum(1)
+    return denom if floor is None else clamp_denominators(denom, floor)
+
+
+def rates(membership: Any, H: Any, floor: float | None, *, denom: Any = None) -> Any:
+    """``P_k(D_I) = sum_{i in I} H[i, k] / |B_I|``, shape (M, K).
+
+    With ``floor=None`` (exact evaluation) an empty subset gives NaN rates.
+    """
+    if denom is None:
+        denom = denominators(membership, H, floor)
+    if floor is None:  # numpy only: evaluation of exact histograms
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (membership @ H) / np.where(denom == 0, np.nan, denom)[:, None]
+    return (membership @ H) / denom[:, None]
+
+
+def gamma_post(membership: Any, alpha: Any, H: Any, floor: float | None, *, denom: Any = None) -> Any:
+    """``Gamma_post_j(H) = sum_I sum_k alpha_{j,I,k} sum_{i in I} H[i,k] / sum_{i in I} sum_k H[i,k]``
+    (paper eq. 12), shape (J,)."""
+    J, M, K = alpha.shape
+    return alpha.reshape(J, M * K) @ rates(membership, H, floor, denom=denom).reshape(M * K)
+
+
+def cell_weights(membership: Any, alpha: Any, H: Any, lam: Any, floor: float, *, denom: Any = None) -> Any:
+    """Per-sample regularizer weights (paper eq. 10), shape (Q, K).
+
+    A row x in cell q contributes ``R_hat(x) = sum_k c[q, k] * sigma_tau(h(x))_k`` (minus
+    the constant ``sum_j lam_j gamma_j``), with
+    ``c[q, k] = sum_j lam_j sum_{I: q in I} alpha_{j,I,k} / |B_I|`` and ``|B_I|`` read from
+    the (noisy) histogram ``H`` and clamped.
+    """
+    if denom is None:
+        denom = denominators(membership, H, floor)
+    J, M, K = alpha.shape
+    per_subset = (lam @ alpha.reshape(J, M * K)).reshape(M, K)  # sum_j lam_j alpha_{j,I,k}
+    return membership.T @ (per_subset / denom[:, None])
+
+
+def clamp_denominators(denom: np.ndarray, floor: float) -> np.ndarray:
+    """Clamp noisy subset counts to a positive floor.
+
+    Laplace noise can make a noisy count ``sum_{i in I} sum_k H_hat[i, k]`` zero or negative;
+    dividing by it would flip signs or explode the regularizer.  Clamping is
+    post-processing of the private histogram, so it costs no privacy.
+
+    >>> clamp_denominators(np.array([-3.0, 0.0, 0.5, 7.0]), 1.0).tolist()
+    [1.0, 1.0, 1.0, 7.0]
+    """
+    if not floor > 0:
+        raise ConfigError(f"method.denominator_floor must be > 0 (got {floor}).")
+    return denom.clip(min=floor)
+
+
+def _subset_key(s: frozenset[FineCell]) -> tuple:
+    return (len(s), sorted(s))
+
+
+def complement(cells: Iterable[FineCell], universe: Sequence[FineCell]) -> frozenset[FineCell]:
+    """Fine cells of ``universe`` not in ``cells``."""
+    cells = set(cells)
+    return frozenset(c for c in universe if c not in cells)

@@ -1,0 +1,41 @@
+"""Training curves of one run (logged as an MLflow artifact)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def plot_training_curves(history: Sequence[Any], *, gamma: float, path: Path, title: str) -> Path:
+    """Accuracy (val/test), hard train constraint and max lambda against the step.
+
+    Args:
+        history: evaluation records with ``step``, ``metrics[split][name]`` and ``lam``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r.step for r in history]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for split in ("train", "val", "test"):
+        axes[0].plot(steps, [r.metrics[split]["accuracy"] for r in history], label=split)
+        axes[1].plot(steps, [r.metrics[split]["constraint_max_hard"] for r in history], label=split)
+    axes[1].axhline(gamma, color="k", ls="--", lw=1, label="gamma")
+    axes[2].plot(steps, [max(r.lam) if r.lam else 0.0 for r in history], color="C3")
+    axes[0].set_ylabel("accuracy")
+    axes[1].set_ylabel("max hard constraint value")
+    axes[2].set_ylabel("max lambda")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,225 @@
+"""The method interface: a typed spec in, a :class:`TrainResult` out.
+
+A method module exposes
+
+* ``NAME`` and ``PRIVATE`` (bool),
+* ``step_event(spec, sample_rate) -> DpEvent``: the releases of one step, for the accountant,
+* ``fit(data, model, constraints, spec, *, reporter) -> TrainResult``.
+
+Methods never log to MLflow or print: they report through a :class:`Reporter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from raco_cli.errors import (
+    CHOICE,
+    IN_RANGE,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+)
+
+Selection = Literal["best_feasible", "last"]
+Dual = Literal["soft", "hard"]
+Optimizer = Literal["sgd", "momentum", "adam"]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Hyperparameters of a training run (the ``method`` config group plus run-level keys).
+
+    Attributes:
+        name: method registry key.
+        batch_size: expected Poisson batch size B; the sample rate is q = B / n_train.
+        steps: number of steps T; None = as many as the privacy budget allows (<= max_steps).
+        max_steps: cap on T when it is derived from the budget.
+        lr: primal step size eta_theta.
+        optimizer: primal optimizer (momentum/Adam are post-processing of the noisy gradient).
+        momentum: momentum coefficient for ``optimizer=momentum``.
+        clip_norm: per-sample clipping norm C (None: no clipping, non-private methods).
+        noise_multiplier: Gaussian sigma (std of the noise on the clipped sum / C).
+        hist_noise_multiplier: Laplace scale b of the histogram (l1 sensitivity 1);
+            the paper's ``b`` in ``Lap(1/b)`` is ``1 / hist_noise_multiplier``.
+        calibrate_noise: with a fixed ``steps``, scale both noise multipliers to meet eps.
+        lr_dual: dual step size eta_lambda.
+        lambda_max: radius of the dual box Lambda = [0, lambda_max]^J.
+        temperature: tau of the tempered softmax sigma_tau(z) = softmax(tau * z).
+        dual: rates fed to the dual step: soft (tempered softmax) or hard (arg-max).
+        sampling: ``independent`` (histogram and gradient on independent Poisson samples)
+            or ``shared`` (one sample for both, paper Algorithm 1).
+        denominator_floor: positive floor of the noisy subset counts (clamp_denominators).
+        eval_every: evaluate on train/val/test every this many steps (and at the end).
+        selection: ``best_feasible``: the evaluation with the highest validation accuracy
+            among those whose hard train constraint holds (paper App. E.2); ``last``.
+        micro_batch: rows per chunk of the per-sample gradient computation (memory bound).
+        options: method-specific extra keys (e.g. DP-FERMI's lambda).
+    """
+
+    name: str
+    batch_size: int = 1024
+    steps: int | None = None
+    max_steps: int = 2000
+    lr: float = 0.5
+    optimizer: Optimizer = "sgd"
+    momentum: float = 0.9
+    clip_norm: float | None = 1.0
+    noise_multiplier: float | None = 1.0
+    hist_noise_multiplier: float | None = 2.0
+    calibrate_noise: bool = False
+    lr_dual: float = 0.1
+    lambda_max: float = 10.0
+    temperature: float = 1.0
+    dual: Dual = "soft"
+    sampling: str = "independent"
+    denominator_floor: float = 1.0
+    eval_every: int = 20
+    selection: Selection = "best_feasible"
+    micro_batch: int = 4096
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _positive_int("method.batch_size", self.batch_size, "the expected Poisson batch size.")
+        if self.steps is not None:
+            _positive_int("method.steps", self.steps, "the number of training steps (or null).")
+        _positive_int("method.max_steps", self.max_steps, "the cap on steps derived from the budget.")
+        _positive("method.lr", self.lr, "the primal learning rate.")
+        _positive("method.lr_dual", self.lr_dual, "the dual learning rate.", allow_zero=True)
+        _positive("method.lambda_max", self.lambda_max, "the bound of the multipliers.", allow_zero=True)
+        _positive("method.temperature", self.temperature, "the softmax temperature tau.")
+        _positive("method.denominator_floor", self.denominator_floor, "the floor of noisy counts.")
+        _positive_int("method.eval_every", self.eval_every, "steps between evaluations.")
+        _positive_int("method.micro_batch", self.micro_batch, "rows per gradient chunk.")
+        for key, value, meaning in (
+            ("method.clip_norm", self.clip_norm, "the per-sample clipping norm C."),
+            ("method.noise_multiplier", self.noise_multiplier, "the Gaussian noise multiplier sigma."),
+            ("method.hist_noise_multiplier", self.hist_noise_multiplier, "the Laplace scale b of the histogram."),
+        ):
+            if value is not None:
+                _positive(key, value, meaning)
+        _choice("method.optimizer", self.optimizer, ("sgd", "momentum", "adam"), "the primal optimizer.")
+        _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
+        _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
+        _choice("method.selection", self.selection, ("best_feasible", "last"), "the reported checkpoint rule.")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))
+
+
+def _positive(key: str, value: object, meaning: str, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number (got {key}={value!r}); {meaning}")
+    if value < 0 or (value == 0 and not allow_zero):
+        template = NON_NEGATIVE if allow_zero else POSITIVE
+        raise ConfigError(template.format(key=key, value=value, meaning=meaning))
+
+
+def _positive_int(key: str, value: object, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer (got {key}={value!r}); {meaning}")
+    if value <= 0:
+        raise ConfigError(POSITIVE.format(key=key, value=value, meaning=meaning))
+
+
+def _choice(key: str, value: object, choices: tuple[str, ...], meaning: str) -> None:
+    if value not in choices:
+        raise ConfigError(CHOICE.format(key=key, choices=", ".join(choices), value=value, meaning=meaning))
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Independent seeds of one run, all derived from the run seed and logged.
+
+    Attributes:
+        seed: the run seed (``seed=``).
+        init: model initialisation.
+        sampling: Poisson sampling generator.
+        noise: Laplace/Gaussian noise generator.
+    """
+
+    seed: int
+    init: int
+    sampling: int
+    noise: int
+
+    @classmethod
+    def from_seed(cls, seed: int) -> Seeds:
+        init, sampling, noise = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(3))
+        return cls(seed=seed, init=init, sampling=sampling, noise=noise)
+
+
+@dataclass
+class EvalRecord:
+    """Metrics of one evaluation: ``metrics[split][name]`` and the step."""
+
+    step: int
+    metrics: dict[str, dict[str, Any]]
+    lam: list[float]
+
+
+@dataclass
+class TrainResult:
+    """What a method returns; the caller logs it.
+
+    Attributes:
+        history: every evaluation, in order.
+        selected: index into history of the reported checkpoint.
+        steps: steps actually run.
+        lam: final multipliers.
+        state_dict: model parameters of the selected checkpoint.
+        stats: run statistics (mean batch size, time per step, clip fraction, ...).
+        releases: per-step release counts by kind (for the contract tests: every
+            data-touching release must be in the accounted event tree).
+    """
+
+    history: list[EvalRecord]
+    selected: int
+    steps: int
+    lam: list[float]
+    state_dict: dict[str, Any]
+    stats: dict[str, float] = field(default_factory=dict)
+    releases: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def selected_record(self) -> EvalRecord:
+        return self.history[self.selected]
+
+
+class Reporter(Protocol):
+    """Where a method reports progress; tracking/ and the CLI implement it."""
+
+    def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None: ...
+
+    def on_eval(self, record: EvalRecord) -> None: ...
+
+
+class NullReporter:
+    """A reporter that drops everything (tests, library use)."""
+
+    def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
+        pass
+
+    def on_eval(self, record: EvalRecord) -> None:
+        pass
+
+
+def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, bool]:
+    """Index of the reported evaluation and whether it satisfies the train constraint.
+
+    ``best_feasible``: highest validation accuracy among evaluations whose hard train
+    constraint holds; if none holds, the last one, flagged unsatisfied (paper App. E.2).
+    """
+    if not history:
+        raise ValueError("no evaluation recorded")
+    if rule == "last":
+        i = len(history) - 1
+        return i, bool(history[i].metrics["train"]["satisfied"])
+    feasible = [i for i, r in enumerate(history) if r.metrics["train"]["satisfied"]]
+    if not feasible:
+        return len(history) - 1, False
+    best = max(feasible, key=lambda i: (history[i].metrics["val"]["accuracy"], i))
+    return best, True

@@ -1,0 +1,326 @@
+"""The stochastic gradient descent-ascent loop shared by raco_dp, dp_sgd, sgda and sgd.
+
+One step t (paper Algorithm 1, lines 3-13), each stage switched by :class:`CoreFlags`:
+
+1. Poisson-sample the gradient batch B (rate q = batch_size / n_train).
+2. Histogram (``constrained``): on B (``shared``) or on an independent Poisson sample
+   (``independent``), ``H[q, k] = sum_{x in D_q} sigma_tau(h(x))_k`` (eq. 8; arg-max one-hots
+   for ``dual=hard``), plus i.i.d. Laplace(b) on every cell (``hist_noise``, eq. 9).
+3. Primal (eq. 10): per-sample gradients of ``loss_i + q|D| * R_hat_i`` with denominators read
+   from H (clamped), clipped to C and summed (``private``), plus N(0, (sigma C)^2)
+   (``private``), divided by q|D|, then one optimizer step.
+4. Dual (eq. 12): ``lambda <- clip(lambda + eta_lambda (Gamma_post(H) - gamma), 0, lambda_max)``.
+
+Evaluation every ``eval_every`` steps on train/val/test uses exact predictions; selection
+follows :func:`select_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from raco_cli.constraints.rate import ConstraintSet
+from raco_cli.data.types import SPLITS, TabularData
+from raco_cli.methods.base import (
+    EvalRecord,
+    MethodSpec,
+    Reporter,
+    Seeds,
+    TrainResult,
+    select_checkpoint,
+)
+from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
+from raco_cli.metrics.evaluate import evaluate
+from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, poisson_sample
+
+log = logging.getLogger(__name__)
+
+EVAL_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class CoreFlags:
+    """Which stages of the step run.
+
+    Attributes:
+        private: clip per-sample gradients and add Gaussian noise.
+        constrained: compute the histogram, the regularizer and the dual step.
+        hist_noise: add Laplace noise to the histogram.
+    """
+
+    private: bool
+    constrained: bool
+    hist_noise: bool
+
+
+class _Rows:
+    """Training rows on the device (tabular) or fetched per batch (lazy stores).
+
+    For tabular data the features, one-hot labels and the norms ``sqrt(|x|^2 + 1)`` used by
+    the closed-form engine are packed into one matrix once, so a step gathers a batch with
+    a single ``index_select``.
+    """
+
+    def __init__(self, data: TabularData, idx: np.ndarray, cells: np.ndarray, device: torch.device) -> None:
+        self.data, self.idx, self.device = data, idx, device
+        self.eager = isinstance(data.X, np.ndarray)
+        self.y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
+        self.cells = torch.as_tensor(cells, dtype=torch.long, device=device)
+        if self.eager:
+            X = torch.as_tensor(np.asarray(data.X[idx]).reshape(len(idx), -1), dtype=torch.float32, device=device)
+            onehot = nn.functional.one_hot(self.y, data.n_classes).float()
+            xnorm = torch.sqrt((X * X).sum(dim=1, keepdim=True) + 1.0)
+            self.packed = torch.cat([X, onehot, xnorm], dim=1)
+            self.d, self.K = X.shape[1], data.n_classes
+
+    def features(self, b: torch.Tensor) -> torch.Tensor:
+        if self.eager:
+            return self.packed.index_select(0, b)[:, : self.d]
+        rows = self.idx[b.cpu().numpy()]
+        return torch.as_tensor(self.data.rows(rows), dtype=torch.float32, device=self.device)
+
+    def batch(self, b: torch.Tensor, *, labels: bool) -> dict[str, torch.Tensor]:
+        """Engine keyword arguments of a batch (``labels``: include the int labels ``y``)."""
+        out: dict[str, torch.Tensor] = {}
+        if self.eager:
+            P = self.packed.index_select(0, b)
+            d, K = self.d, self.K
+            out.update(X=P[:, :d], onehot=P[:, d : d + K], xnorm=P[:, d + K])
+        else:
+            out["X"] = self.features(b)
+        if labels or not self.eager:
+            out["y"] = self.y.index_select(0, b)
+        return out
+
+
+def initialize(model: nn.Module, seed: int) -> None:
+    """Re-initialise every parameter from ``seed`` (the run is then independent of how and
+    when the model was built), without touching the global RNG stream."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in model.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class _Optimizer:
+    """Primal update from a (noisy) gradient: plain SGD in place, or a torch optimizer.
+
+    Momentum and Adam only post-process the privatised gradient, so they cost no privacy.
+    """
+
+    def __init__(self, params: list[nn.Parameter], spec: MethodSpec) -> None:
+        self.params, self.lr = params, spec.lr
+        self.torch_opt: torch.optim.Optimizer | None = None
+        if spec.optimizer == "adam":
+            self.torch_opt = torch.optim.Adam(params, lr=spec.lr)
+        elif spec.optimizer == "momentum":
+            self.torch_opt = torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)
+
+    @torch.no_grad()
+    def step(self, grads: list[torch.Tensor], *, scale: float) -> None:
+        if self.torch_opt is None:
+            for p, g in zip(self.params, grads):
+                p.add_(g, alpha=-self.lr * scale)
+            return
+        for p, g in zip(self.params, grads):
+            p.grad = g * scale
+        self.torch_opt.step()
+
+
+def make_optimizer(params: list[nn.Parameter], spec: MethodSpec) -> _Optimizer:
+    return _Optimizer(params, spec)
+
+
+@torch.no_grad()
+def predict_logits(engine, data: TabularData, idx: np.ndarray, device: torch.device) -> np.ndarray:
+    """Exact logits of the given rows, in chunks."""
+    out = []
+    for start in range(0, len(idx), EVAL_CHUNK):
+        rows = idx[start : start + EVAL_CHUNK]
+        X = torch.as_tensor(data.rows(rows), dtype=torch.float32, device=device)
+        out.append(engine.logits(X).double().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, data.n_classes))
+
+
+def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, temperature: float, device: torch.device) -> dict:
+    """Metrics of every split (non-private: model selection is not accounted, as in the paper)."""
+    out = {}
+    for split in SPLITS:
+        idx = np.asarray(data.splits[split])
+        logits = predict_logits(engine, data, idx, device)
+        out[split] = evaluate(
+            logits,
+            data.y[idx],
+            data.group[idx],
+            constraints=constraints,
+            temperature=temperature,
+            group_names=data.group_names,
+        )
+    return out
+
+
+def run(
+    data: TabularData,
+    model: nn.Module,
+    constraints: ConstraintSet,
+    spec: MethodSpec,
+    *,
+    flags: CoreFlags,
+    steps: int,
+    seeds: Seeds,
+    device: torch.device,
+    reporter: Reporter,
+) -> TrainResult:
+    """Train ``model`` for ``steps`` steps; see the module docstring for one step."""
+    if flags.private and (spec.clip_norm is None or spec.noise_multiplier is None):
+        raise ValueError("a private run needs clip_norm and noise_multiplier")
+    if flags.hist_noise and spec.hist_noise_multiplier is None:
+        raise ValueError("histogram noise needs hist_noise_multiplier")
+    constrained = flags.constrained and not constraints.is_empty
+    train_idx = np.asarray(data.splits["train"])
+    n = len(train_idx)
+    q = min(1.0, spec.batch_size / n)
+    expected_batch = q * n  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
+    rows = _Rows(data, train_idx, constraints.cells(data.y[train_idx], data.group[train_idx]), device)
+    ops = constraints.to_torch(device)
+
+    initialize(model, seeds.init)
+    model.to(device)
+    engine = engine_for(model, micro_batch=spec.micro_batch)
+    labels = not isinstance(engine, LinearEngine)
+    optimizer = make_optimizer(engine.params, spec)
+    g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
+    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    independent = constrained and spec.sampling == "independent"
+    clip = spec.clip_norm if flags.private else None
+    noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
+
+    lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
+    history: list[EvalRecord] = []
+    states: dict[int, dict] = {}
+    zero = torch.zeros((), device=device)
+    clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
+    step_time = 0.0
+    releases = {"laplace_histogram": 0, "gaussian_gradient": 0}
+
+    def record(step: int) -> None:
+        metrics = evaluate_all(engine, data, constraints, temperature=spec.temperature, device=device)
+        lam_list = [float(v) for v in lam.cpu()]
+        history.append(EvalRecord(step=step, metrics=metrics, lam=lam_list))
+        states[len(history) - 1] = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        _keep_candidates(states, history, spec)
+        reporter.on_eval(history[-1])
+
+    record(0)
+    for t in range(1, steps + 1):
+        t0 = time.perf_counter()
+        samples = poisson_sample(n, q, g_sample, device, count=2 if independent else 1)
+        batch = samples[-1]
+        b = rows.batch(batch, labels=labels) if len(batch) else None
+        c_rows, g_dual, logits = None, None, None
+        if constrained:
+            if independent:
+                hb = rows.batch(samples[0], labels=False) if len(samples[0]) else None
+                h_cells = rows.cells.index_select(0, samples[0])
+            else:  # shared: the histogram reuses the gradient batch's forward pass
+                hb, h_cells = b, rows.cells.index_select(0, batch)
+            with torch.no_grad():
+                z_h = engine.logits(hb["X"]) if hb is not None else None
+            if not independent:
+                logits = z_h
+            H = _histogram(z_h, h_cells, constraints.Q, constraints.K, spec, device)
+            if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell
+                H = H + laplace_noise(tuple(H.shape), spec.hist_noise_multiplier, g_noise).to(device)
+                releases["laplace_histogram"] += 1
+            weights, g_dual = ops.step(H, lam, floor=spec.denominator_floor)
+            if b is not None:
+                c_rows = weights.float().index_select(0, rows.cells.index_select(0, batch))
+        if b is not None:
+            res = engine.clipped_sum(
+                **b, c=c_rows, reg_scale=expected_batch, temperature=spec.temperature, clip_norm=clip, logits=logits
+            )
+            grads = res.grads
+            clipped, norm_sum, nonfinite = clipped + res.clipped, norm_sum + res.norm_sum, nonfinite + res.nonfinite
+        else:  # an empty Poisson batch: the noisy sum is pure noise
+            grads = [torch.zeros_like(p) for p in engine.params]
+        if flags.private:  # Algorithm 1, line 9: N(0, (sigma C)^2) on the clipped sum
+            releases["gaussian_gradient"] += 1
+            grads = [g + gaussian_noise(tuple(g.shape), noise_std, g_noise, dtype=g.dtype) for g in grads]
+        optimizer.step(grads, scale=1.0 / expected_batch)
+        if g_dual is not None:  # paper eq. 12 and line 13: projected dual ascent
+            lam = project_dual(lam + spec.lr_dual * g_dual, spec.lambda_max)
+        step_time += time.perf_counter() - t0
+        batch_sum += len(batch)
+        reporter.on_step(t, steps, {"batch": float(len(batch))})
+        if t % spec.eval_every == 0 or t == steps:
+            record(t)
+
+    selected, _ = select_checkpoint(history, spec.selection)
+    model.load_state_dict(states[selected])
+    T = max(steps, 1)
+    return TrainResult(
+        history=history,
+        selected=selected,
+        steps=steps,
+        lam=[float(v) for v in lam.cpu()],
+        state_dict=states[selected],
+        stats={
+            "mean_batch_size": batch_sum / T,
+            "clip_fraction": float(clipped) / max(batch_sum, 1),
+            "mean_grad_norm": float(norm_sum) / max(batch_sum, 1),
+            "nonfinite_rows": float(nonfinite),
+            "time_per_step_ms": 1000.0 * step_time / T,
+            "sample_rate": q,
+        },
+        releases=releases,
+    )
+
+
+def project_dual(lam: torch.Tensor, lambda_max: float) -> torch.Tensor:
+    """Euclidean projection onto Lambda = [0, lambda_max]^J (a box: coordinate-wise clip).
+
+    >>> project_dual(torch.tensor([-1.0, 0.5, 12.0]), 10.0).tolist()
+    [0.0, 0.5, 10.0]
+    """
+    return lam.clamp(min=0.0, max=lambda_max)
+
+
+@torch.no_grad()
+def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int, spec: MethodSpec, device: torch.device) -> torch.Tensor:
+    """Exact histogram H (Q, K), float64, of a batch's logits (paper eq. 8).
+
+    Soft rates ``softmax(tau z)``, or arg-max one-hots for ``dual=hard``; each row adds a
+    probability vector (l1 norm 1) to its own cell, so the l1 sensitivity is 1.
+    """
+    H = torch.zeros(Q, K, dtype=logits.dtype if logits is not None else torch.float32, device=device)
+    if logits is not None:
+        if spec.dual == "hard":
+            probs = nn.functional.one_hot(logits.argmax(dim=1), K).to(logits.dtype)
+        else:
+            probs = row_softmax(logits, spec.temperature)
+        H.index_add_(0, cells, probs)
+    return H.double()
+
+
+def _keep_candidates(states: dict[int, dict], history: list[EvalRecord], spec: MethodSpec) -> None:
+    """Keep only the states that can still be selected (the current best and the last)."""
+    best, _ = select_checkpoint(history, spec.selection)
+    last = len(history) - 1
+    for i in list(states):
+        if i not in (best, last):
+            del states[i]

@@ -1,0 +1,25 @@
+"""DP-SGD (Abadi et al. 2016) with Poisson sampling: RaCO-DP's loop without histogram or dual.
+
+Same clipping semantics as Opacus (per-sample clip to C, N(0, (sigma C)^2) on the sum, divided
+by the expected batch size q|D|).  DpEvent tree::
+
+    SelfComposed(PoissonSampled(q, Gaussian(sigma)), T)
+"""
+
+from __future__ import annotations
+
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import events
+
+NAME = "dp_sgd"
+PRIVATE = True
+FLAGS = core.CoreFlags(private=True, constrained=False, hist_noise=False)
+
+
+def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
+    return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+
+
+def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
+    return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)

@@ -1,0 +1,105 @@
+"""Privacy planning of a run: the steps (or noise) that fit the budget, before training.
+
+A private method's run is ``SelfComposed(step_event, T)``.  With ``steps=null`` T is the
+largest number of steps within (eps, delta) (capped by ``max_steps``); with a fixed T the
+plan checks the budget, or scales both noise multipliers when ``calibrate_noise`` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import ModuleType
+
+import dp_accounting as dpa
+
+from raco_cli.errors import BUDGET_EXCEEDED, ConfigError, PrivacyBudgetError
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import accountant
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The resolved schedule of a run.
+
+    Attributes:
+        spec: the method spec, with noise multipliers possibly calibrated.
+        steps: T.
+        sample_rate: q.
+        event: the DpEvent tree of the whole run.
+        eps_planned: epsilon of ``event`` at delta (inf for non-private methods).
+    """
+
+    spec: MethodSpec
+    steps: int
+    sample_rate: float
+    event: dpa.DpEvent
+    eps_planned: float
+
+
+def describe(spec: MethodSpec, constrained: bool) -> str:
+    parts = [f"noise_multiplier={spec.noise_multiplier}"]
+    if constrained:
+        parts.append(f"hist_noise_multiplier={spec.hist_noise_multiplier}")
+        parts.append(f"sampling={spec.sampling}")
+    return ", ".join(parts)
+
+
+def plan(
+    method: ModuleType,
+    spec: MethodSpec,
+    *,
+    n_train: int,
+    eps: float,
+    delta: float,
+    constrained: bool,
+    discretization: float = accountant.DEFAULT_DISCRETIZATION,
+) -> PrivacyPlan:
+    """Resolve steps/noise of a run so that eps(run) <= eps.
+
+    Raises:
+        PrivacyBudgetError: the budget cannot be met with these settings.
+        ConfigError: a private method lacks a noise multiplier or clip norm.
+    """
+    if spec.batch_size > n_train:
+        raise ConfigError(
+            f"method.batch_size must be <= the number of training rows (got batch_size={spec.batch_size}, "
+            f"n_train={n_train}); it is the expected Poisson batch size."
+        )
+    q = spec.batch_size / n_train
+    budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)
+    if not method.PRIVATE:
+        steps = spec.steps or spec.max_steps
+        return PrivacyPlan(spec, steps, q, accountant.repeated_event(method.step_event(spec, q), steps), float("inf"))
+    for key in ("noise_multiplier", "clip_norm") + (("hist_noise_multiplier",) if constrained and method.NAME == "raco_dp" else ()):
+        if getattr(spec, key) is None:
+            raise ConfigError(f"method.{key} must be set for the private method {method.NAME} (got null).")
+    if spec.steps is None:
+        step = method.step_event(spec, q, constrained=constrained)
+        steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q)
+    else:
+        steps = spec.steps
+        if spec.calibrate_noise:
+            base = spec
+
+            def scaled(s: float) -> dpa.DpEvent:
+                return method.step_event(_scale_noise(base, s), q, constrained=constrained)
+
+            factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q)
+            spec = _scale_noise(base, factor)
+    event = accountant.repeated_event(method.step_event(spec, q, constrained=constrained), steps)
+    eps_planned = accountant.epsilon(event, delta, discretization=discretization)
+    if eps_planned > eps:
+        raise PrivacyBudgetError(
+            BUDGET_EXCEEDED.format(
+                eps=eps, delta=delta, steps=steps, sample_rate=q, mechanism=describe(spec, constrained), eps_spent=eps_planned
+            )
+        )
+    return PrivacyPlan(spec, steps, q, event, eps_planned)
+
+
+def _scale_noise(spec: MethodSpec, factor: float) -> MethodSpec:
+    return replace(
+        spec,
+        noise_multiplier=None if spec.noise_multiplier is None else spec.noise_multiplier * factor,
+        hist_noise_multiplier=None if spec.hist_noise_multiplier is None else spec.hist_noise_multiplier * factor,
+    )

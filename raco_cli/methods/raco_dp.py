@@ -1,0 +1,35 @@
+"""RaCO-DP (Yaghini et al., ICLR 2026, Algorithm 1): private SGDA with a private histogram.
+
+DpEvent tree of a run of T steps (see :func:`raco_cli.privacy.events.raco_step`)::
+
+    SelfComposed(Composed[PoissonSampled(q, Laplace(b)), PoissonSampled(q, Gaussian(sigma))], T)
+
+with ``sampling=independent`` (default), or with ``sampling=shared`` (one batch)::
+
+    SelfComposed(PoissonSampled(q, Composed[Laplace(b), Gaussian(sigma)]), T)
+"""
+
+from __future__ import annotations
+
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import events
+
+NAME = "raco_dp"
+PRIVATE = True
+FLAGS = core.CoreFlags(private=True, constrained=True, hist_noise=True)
+
+
+def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
+    if not constrained:  # no rate constraint: no histogram is released (DP-SGD)
+        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+    return events.raco_step(
+        sample_rate=sample_rate,
+        noise_multiplier=spec.noise_multiplier,
+        hist_noise_multiplier=spec.hist_noise_multiplier,
+        sampling=spec.sampling,
+    )
+
+
+def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
+    return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)

@@ -1,0 +1,19 @@
+"""Non-private, unconstrained SGD (Poisson batches, no clipping, no noise).  Not private."""
+
+from __future__ import annotations
+
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import events
+
+NAME = "sgd"
+PRIVATE = False
+FLAGS = core.CoreFlags(private=False, constrained=False, hist_noise=False)
+
+
+def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
+    return events.non_private()
+
+
+def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
+    return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)

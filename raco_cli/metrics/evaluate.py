@@ -1,0 +1,118 @@
+"""Non-private evaluation of predictions on a whole split (paper Section 6, App. E.2).
+
+Constraint values come from the same :class:`ConstraintSet` the training uses
+(``Gamma_post`` on the exact histogram of the split), so what is optimised and what is
+reported cannot drift apart.  Standard fairness metrics follow fairlearn's definitions
+(``demographic_parity_difference``, ``equalized_odds_difference``, ...), with the positive
+class being label 1 for binary tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from raco_cli.constraints.rate import ConstraintSet
+
+
+def softmax(z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise ``softmax(temperature * z)``, shape preserved."""
+    s = temperature * np.asarray(z, dtype=np.float64)
+    s = s - s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _group_rate(mask_event: np.ndarray, mask_cond: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """``P(event | cond, group=g)`` per group, NaN for groups without conditioning rows."""
+    out = np.full(n_groups, np.nan)
+    for g in range(n_groups):
+        sel = mask_cond & (group == g)
+        if sel.any():
+            out[g] = mask_event[sel].mean()
+    return out
+
+
+def _spread(rates: np.ndarray) -> float:
+    """max - min over the finite entries (0 with fewer than two)."""
+    finite = rates[np.isfinite(rates)]
+    return float(finite.max() - finite.min()) if len(finite) >= 2 else 0.0
+
+
+def fairness_metrics(y: np.ndarray, pred: np.ndarray, group: np.ndarray, *, n_classes: int, n_groups: int) -> dict[str, float]:
+    """Standard group-fairness metrics of hard predictions.
+
+    * ``dp_gap``: max over predicted classes k of (max_g - min_g) P(pred=k | g); for binary
+      tasks this is fairlearn's ``demographic_parity_difference``.
+    * ``eo_gap``: max(TPR spread, FPR spread) over groups (fairlearn's
+      ``equalized_odds_difference``); ``eop_gap``: the TPR spread (equal opportunity).
+    * ``fnr`` / ``fpr``: overall false-negative / false-positive rates, positive class 1.
+    """
+    everyone = np.ones_like(y, dtype=bool)
+    if n_classes == 2:
+        dp = _spread(_group_rate(pred == 1, everyone, group, n_groups))
+    else:
+        dp = max(_spread(_group_rate(pred == k, everyone, group, n_groups)) for k in range(n_classes))
+    out = {"dp_gap": dp}
+    if n_classes == 2:
+        pos, neg = y == 1, y == 0
+        tpr = _group_rate(pred == 1, pos, group, n_groups)
+        fpr_g = _group_rate(pred == 1, neg, group, n_groups)
+        out["eop_gap"] = _spread(tpr)
+        out["eo_gap"] = max(_spread(tpr), _spread(fpr_g))
+        out["fnr"] = float((pred[pos] == 0).mean()) if pos.any() else float("nan")
+        out["fpr"] = float((pred[neg] == 1).mean()) if neg.any() else float("nan")
+    return out
+
+
+def evaluate(
+    logits: np.ndarray,
+    y: np.ndarray,
+    group: np.ndarray,
+    *,
+    constraints: ConstraintSet,
+    temperature: float,
+    group_names: Sequence[str],
+) -> dict[str, Any]:
+    """Metrics of one split.
+
+    Returns:
+        A flat dict: ``accuracy``, ``loss``, ``constraint_values_hard`` / ``_soft`` (J lists),
+        ``constraint_max_hard`` / ``_soft`` (max_j Gamma_j), ``violation_hard`` / ``_soft``
+        (max_j Gamma_j - gamma_j), ``satisfied`` (violation_hard <= 0), the fairness
+        metrics of :func:`fairness_metrics`, ``group_accuracy`` and ``group_positive_rate``
+        (maps group name -> value), and ``n``.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    y = np.asarray(y)
+    group = np.asarray(group)
+    n_groups = len(group_names)
+    K = logits.shape[1]
+    pred = logits.argmax(axis=1)
+    p = softmax(logits)
+    loss = float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
+    out: dict[str, Any] = {"n": int(len(y)), "accuracy": float((pred == y).mean()), "loss": loss}
+    cells = constraints.cells(y, group)
+    for kind, probs in (("hard", np.eye(K)[pred]), ("soft", softmax(logits, temperature))):
+        if constraints.is_empty:
+            values = np.zeros(0)
+        else:
+            values = constraints.gamma_post(constraints.histogram(probs, cells), floor=None)
+        out[f"constraint_values_{kind}"] = [float(v) for v in values]
+        finite = np.isfinite(values)
+        out[f"constraint_max_{kind}"] = float(values[finite].max()) if finite.any() else 0.0
+        viol = values - constraints.gamma
+        out[f"violation_{kind}"] = float(viol[finite].max()) if finite.any() else 0.0
+    out["satisfied"] = bool(out["violation_hard"] <= 0.0)
+    out.update(fairness_metrics(y, pred, group, n_classes=K, n_groups=n_groups))
+    acc_g = _group_rate(pred == y, np.ones_like(y, dtype=bool), group, n_groups)
+    pos_g = _group_rate(pred == (K - 1), np.ones_like(y, dtype=bool), group, n_groups)
+    out["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g)}
+    out["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g)}
+    return out
+
+
+def _nan_to_none(v: float) -> float | None:
+    return None if not np.isfinite(v) else float(v)

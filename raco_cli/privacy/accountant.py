@@ -1,0 +1,244 @@
+"""Privacy accounting: epsilon of a DpEvent tree, steps within a budget, noise calibration.
+
+The one place where epsilon is computed.  It is dp-accounting's PLD accountant
+(Doroshenko et al. 2022, connect-the-dots, pessimistic), extended by
+:class:`RacoPLDAccountant` with exactly one case the library rejects: several Laplace /
+Gaussian releases on *one* Poisson sample, ``PoissonSampled(q, Composed[...])``:
+
+* only Gaussians (e.g. DP-FERMI's two gradients on one batch): the product of Gaussian
+  mechanisms with noise multipliers sigma_i is exactly the Gaussian mechanism with
+  ``sigma = (sum_i sigma_i^-2)^(-1/2)`` (the privacy loss is the sum of independent normal
+  losses), which the library accounts with Poisson subsampling;
+* one Laplace and Gaussians (RaCO-DP, ``shared`` sampling): the joint PLD of
+  :func:`raco_cli.privacy.joint_pld.shared_laplace_gaussian_pld`.
+
+Everything else is delegated unchanged to the library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dp_accounting as dpa
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from raco_cli.errors import NOISE_UNREACHABLE, UNREACHABLE_BUDGET, PrivacyBudgetError
+from raco_cli.privacy.joint_pld import shared_laplace_gaussian_pld
+
+DEFAULT_DISCRETIZATION = 1e-4
+MAX_NOISE_MULTIPLIER = 1e6
+
+
+class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
+    """dp-accounting's PLD accountant plus jointly sampled Laplace/Gaussian releases."""
+
+    def __init__(self, value_discretization_interval: float = DEFAULT_DISCRETIZATION) -> None:
+        super().__init__(value_discretization_interval=value_discretization_interval)
+
+    def _maybe_compose(self, event: dpa.DpEvent, count: int, do_compose: bool):  # noqa: ANN202
+        if isinstance(event, dpa.PoissonSampledDpEvent) and isinstance(
+            event.event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)
+        ):
+            return self._compose_shared(event, count, do_compose)
+        return super()._maybe_compose(event, count, do_compose)
+
+    def _compose_shared(self, event: dpa.PoissonSampledDpEvent, count: int, do_compose: bool):  # noqa: ANN202
+        leaves = _flatten(event.event)
+        laplaces = [e for e, _ in leaves if isinstance(e, dpa.LaplaceDpEvent)]
+        gaussians = [(e, n) for e, n in leaves if isinstance(e, dpa.GaussianDpEvent)]
+        if len(laplaces) + len(gaussians) != len(leaves) or len(laplaces) > 1 or not gaussians:
+            return self.CompositionErrorDetails(
+                invalid_event=event,
+                error_message="PoissonSampled(Composed[...]) is supported for Gaussian events "
+                "and at most one Laplace event",
+            )
+        if (
+            laplaces and sum(n for e, n in leaves if isinstance(e, dpa.LaplaceDpEvent)) != 1
+        ):  # a Laplace repeated on the same sample is not implemented
+            return self.CompositionErrorDetails(invalid_event=event, error_message="repeated Laplace")
+        if not do_compose or event.sampling_probability == 0:
+            return None
+        sigmas = [e.noise_multiplier for e, n in gaussians for _ in range(n)]
+        if any(s == 0 for s in sigmas) or any(e.noise_multiplier == 0 for e in laplaces):
+            self._contains_non_dp_event = True
+            return None
+        sigma = combined_gaussian_noise(sigmas)
+        d = self._value_discretization_interval
+        if laplaces:
+            pld = shared_laplace_gaussian_pld(
+                sampling_prob=event.sampling_probability,
+                laplace_scale=laplaces[0].noise_multiplier,
+                gaussian_sigma=sigma,
+                value_discretization_interval=d,
+            )
+        else:
+            pld = pld_lib.from_gaussian_mechanism(
+                standard_deviation=sigma,
+                sampling_prob=event.sampling_probability,
+                value_discretization_interval=d,
+            )
+        self._pld = self._pld.compose(pld.self_compose(count))
+        return None
+
+    @property
+    def pld(self) -> pld_lib.PrivacyLossDistribution:
+        """The composed privacy loss distribution so far."""
+        return self._pld
+
+    @property
+    def non_private(self) -> bool:
+        return bool(self._contains_non_dp_event)
+
+
+def _flatten(event: dpa.DpEvent, count: int = 1) -> list[tuple[dpa.DpEvent, int]]:
+    """Leaves of Composed/SelfComposed trees with their multiplicities."""
+    if isinstance(event, dpa.ComposedDpEvent):
+        return [leaf for e in event.events for leaf in _flatten(e, count)]
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return _flatten(event.event, count * event.count)
+    return [(event, count)]
+
+
+def combined_gaussian_noise(sigmas: list[float]) -> float:
+    """Noise multiplier of the Gaussian equivalent to several on one sample.
+
+    >>> round(combined_gaussian_noise([1.0, 1.0]), 6)
+    0.707107
+    """
+    return 1.0 / math.sqrt(sum(1.0 / s**2 for s in sigmas))
+
+
+def supports(event: dpa.DpEvent) -> bool:
+    """Whether the accountant can account the event tree."""
+    return RacoPLDAccountant().supports(event)
+
+
+def epsilon(event: dpa.DpEvent, delta: float, *, discretization: float = DEFAULT_DISCRETIZATION) -> float:
+    """Epsilon at ``delta`` of an event tree (inf for non-private events).
+
+    >>> import dp_accounting as dpa
+    >>> round(epsilon(dpa.GaussianDpEvent(1.0), 1e-5), 3)  # the Gaussian mechanism, sigma=1
+    4.377
+    """
+    acc = RacoPLDAccountant(discretization)
+    if not acc.supports(event):
+        raise ValueError(f"event not supported by the accountant: {event}")
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def step_pld(step: dpa.DpEvent, *, discretization: float) -> pld_lib.PrivacyLossDistribution | None:
+    """The PLD of one step (None when the step is non-private)."""
+    acc = RacoPLDAccountant(discretization)
+    acc.compose(step)
+    return None if acc.non_private else acc.pld
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A target (eps, delta) and the accounting resolution."""
+
+    eps: float
+    delta: float
+    discretization: float = DEFAULT_DISCRETIZATION
+
+
+def max_steps(
+    step: dpa.DpEvent,
+    budget: Budget,
+    *,
+    limit: int,
+    describe: str,
+    sample_rate: float,
+) -> int:
+    """Largest T <= limit with eps(SelfComposed(step, T)) <= budget.eps.
+
+    Binary search over T on the single-step PLD (eps is non-decreasing in T).
+
+    Raises:
+        PrivacyBudgetError: even one step exceeds the budget.
+    """
+    pld = step_pld(step, discretization=budget.discretization)
+    if pld is None:
+        return limit
+
+    def eps_at(T: int) -> float:
+        return float(pld.self_compose(T).get_epsilon_for_delta(budget.delta))
+
+    eps_one = eps_at(1)
+    if eps_one > budget.eps:
+        raise PrivacyBudgetError(
+            UNREACHABLE_BUDGET.format(
+                eps=budget.eps,
+                delta=budget.delta,
+                sample_rate=sample_rate,
+                mechanism=describe,
+                eps_one=eps_one,
+            )
+        )
+    if eps_at(limit) <= budget.eps:
+        return limit
+    lo, hi = 1, limit  # eps(lo) <= target < eps(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if eps_at(mid) <= budget.eps:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def calibrate_noise_scale(
+    make_step: Callable[[float], dpa.DpEvent],
+    budget: Budget,
+    *,
+    steps: int,
+    sample_rate: float,
+    rel_tol: float = 1e-3,
+) -> float:
+    """Smallest factor s (to ``rel_tol``) such that ``SelfComposed(make_step(s), steps)`` meets the budget.
+
+    ``make_step(s)`` multiplies every noise multiplier of the step by s.  As in dp-accounting's
+    ``calibrate_dp_mechanism`` (parameter -> event map, fresh accountant per trial, search),
+    but the bracket grows geometrically from s = 1 (very small noise makes a PLD huge, so
+    the search never starts there) and bisects in log space; the result is re-accounted
+    at full resolution and nudged up until epsilon does not exceed the target.
+
+    Raises:
+        PrivacyBudgetError: the target needs a noise multiplier factor above 1e6.
+    """
+
+    def eps_of(s: float, discretization: float) -> float:
+        return epsilon(repeated_event(make_step(s), steps), budget.delta, discretization=discretization)
+
+    coarse = max(budget.discretization, 1e-3)
+    lo, hi = 1.0, 1.0
+    while eps_of(hi, coarse) > budget.eps:  # grow until private enough
+        lo, hi = hi, hi * 2.0
+        if hi > MAX_NOISE_MULTIPLIER:
+            raise PrivacyBudgetError(
+                NOISE_UNREACHABLE.format(
+                    eps=budget.eps, delta=budget.delta, steps=steps, sample_rate=sample_rate, limit=MAX_NOISE_MULTIPLIER
+                )
+            )
+    if lo == hi:  # s = 1 already meets the budget: shrink
+        while lo > 1e-3 and eps_of(lo / 2.0, coarse) <= budget.eps:
+            lo /= 2.0
+        hi, lo = lo, lo / 2.0
+    while hi / lo > 1.0 + rel_tol:  # invariant: eps(hi) <= target < eps(lo)
+        mid = math.sqrt(lo * hi)
+        if eps_of(mid, coarse) <= budget.eps:
+            hi = mid
+        else:
+            lo = mid
+    s = hi
+    while eps_of(s, budget.discretization) > budget.eps:
+        s *= 1.0 + rel_tol
+    return float(s)
+
+
+def repeated_event(step: dpa.DpEvent, steps: int) -> dpa.DpEvent:
+    return dpa.SelfComposedDpEvent(step, int(steps))

@@ -1,0 +1,221 @@
+"""The only module that talks to MLflow: run lifecycle, metrics, artifacts, sweep parents.
+
+Every call goes through :func:`retrying`, because a SQLite store shared by parallel jobs
+answers "database is locked" under contention; MLflow calls are idempotent per run id
+(metrics carry their step and timestamp), so retrying cannot duplicate a record that
+failed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raco_cli.errors import TrackingError
+from raco_cli.methods.base import EvalRecord
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RETRIES = 12
+PARENT_FILE = ".mlflow_parent_run_id"
+# scalar metrics mirrored to MLflow at every evaluation, per split
+EVAL_METRICS = (
+    "accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard",
+    "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr",
+)  # fmt: skip
+
+
+def _is_transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(s in text for s in ("database is locked", "database table is locked", "busy", "connection refused", "temporarily unavailable", "max retries exceeded"))
+
+
+def retrying(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn`` and retry with jittered exponential backoff on transient store errors."""
+    for attempt in range(RETRIES):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - MLflow raises many types for the same lock
+            if attempt == RETRIES - 1 or not _is_transient(exc):
+                raise
+            time.sleep(min(5.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def artifact_root_for(uri: str) -> str | None:
+    """Artifacts of a SQLite store live beside the database (``<db dir>/mlartifacts``)."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        return str((db.parent / "mlartifacts").resolve())
+    return None
+
+
+def prepare_store(uri: str) -> None:
+    """Create the directory of a SQLite store; fail with one line when it is not writable."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrackingError(f"Cannot create the MLflow store directory {db.parent}: {exc.strerror}. Set tracking.uri to a writable location.") from None
+        if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+            raise TrackingError(f"The MLflow store {db} is not writable. Set tracking.uri to a writable location, e.g. tracking.uri=sqlite:///$HOME/raco.db")
+
+
+def client(uri: str):
+    """An MlflowClient whose store exists and is migrated.
+
+    A new SQLite store is created and migrated on first use; parallel jobs racing to do
+    that corrupt the migration ("Online migration expected to match one row"), so the
+    first use happens under an exclusive file lock beside the database.
+    """
+    from mlflow.tracking import MlflowClient
+
+    for name in ("mlflow", "alembic"):  # schema-migration chatter on a new store
+        logging.getLogger(name).setLevel(logging.WARNING)
+    prepare_store(uri)
+    if not uri.startswith("sqlite:///"):
+        return retrying(MlflowClient, tracking_uri=uri)
+    with _file_lock(Path(uri[len("sqlite:///") :] + ".lock")):
+        c = retrying(MlflowClient, tracking_uri=uri)
+        retrying(c.search_experiments, max_results=1)
+    return c
+
+
+def experiment_id(c, name: str, uri: str) -> str:
+    """Id of an experiment, created on first use (safe when parallel jobs race to create it)."""
+    exp = retrying(c.get_experiment_by_name, name)
+    if exp is not None:
+        return exp.experiment_id
+    root = artifact_root_for(uri)
+    try:
+        return retrying(c.create_experiment, name, artifact_location=f"{root}/{name}" if root else None)
+    except Exception:  # noqa: BLE001 - another job created it first
+        exp = retrying(c.get_experiment_by_name, name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[str, str]) -> str:
+    """The parent run grouping one multirun's jobs (created once, by whichever job is first)."""
+    marker = Path(sweep_dir) / PARENT_FILE
+    with _file_lock(Path(sweep_dir) / ".mlflow_parent.lock"):
+        if marker.exists() and marker.read_text().strip():
+            return marker.read_text().strip()
+        run = retrying(c.create_run, exp_id, run_name=name, tags={**tags, "raco.sweep_dir": str(sweep_dir), "raco.role": "sweep"})
+        marker.write_text(run.info.run_id)
+        return run.info.run_id
+
+
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> ``{"a.b.c": "value"}`` (MLflow params are flat strings)."""
+    out: dict[str, str] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = str(value)[:6000]
+    return out
+
+
+class RunRecorder:
+    """One MLflow run; also the :class:`Reporter` a method reports evaluations to."""
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        parent_sweep_dir: Path | None = None,
+    ) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.client = client(uri)
+        self.experiment_id = experiment_id(self.client, experiment, uri)
+        tags = dict(tags)
+        if parent_sweep_dir is not None:
+            parent = sweep_parent(
+                self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}", tags={}
+            )
+            tags["mlflow.parentRunId"] = parent
+        run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        self.uri = uri
+        items = list(flatten(params).items())
+        for start in range(0, len(items), 100):  # MLflow batch limit
+            batch = [Param(k, v) for k, v in items[start : start + 100]]
+            retrying(self.client.log_batch, self.run_id, params=batch)
+        self._RunTag = RunTag
+
+    # Reporter protocol
+    def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
+        pass
+
+    def on_eval(self, record: EvalRecord) -> None:
+        metrics = {}
+        for split, m in record.metrics.items():
+            for name in EVAL_METRICS:
+                v = m.get(name)
+                if isinstance(v, (int, float)) and v == v:  # skip NaN
+                    metrics[f"{split}/{name}"] = float(v)
+            metrics[f"{split}/satisfied"] = float(bool(m.get("satisfied")))
+        if record.lam:
+            metrics["dual/lambda_max"] = max(record.lam)
+        self.log_metrics(metrics, step=record.step)
+
+    def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        for start in range(0, len(batch), 500):
+            retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        retrying(self.client.log_batch, self.run_id, tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_artifact(self, path: Path) -> None:
+        retrying(self.client.log_artifact, self.run_id, str(path))
+
+    def finish(self, status: str) -> None:
+        """Mark the run FINISHED, FAILED or KILLED."""
+        retrying(self.client.set_terminated, self.run_id, status=status)
+
+
+def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any]:
+    """All runs of an experiment matching an MLflow filter (empty list when it does not exist)."""
+    c = client(uri)
+    exp = retrying(c.get_experiment_by_name, experiment)
+    if exp is None:
+        return []
+    out, token = [], None
+    while True:
+        page = retrying(c.search_runs, [exp.experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out

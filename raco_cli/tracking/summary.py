@@ -1,0 +1,92 @@
+"""The ``summary.json`` of a run: a stable, documented schema (``schema_version``).
+
+Top-level keys (version 1):
+
+=================  ==========================================================================
+key                meaning
+=================  ==========================================================================
+schema_version     1
+method             method registry key (raco_dp, dp_sgd, sgd, sgda, ...)
+dataset            dataset registry key
+constraint         constraint registry key (``none`` for unconstrained runs)
+constraints        names of the J rate constraints
+gamma              allowed gap of each constraint
+eps_target         the requested epsilon (null for non-private methods)
+eps_spent          epsilon of the accounted DpEvent tree of the steps actually run (null: not private)
+delta              delta of the guarantee
+private            whether the method is differentially private
+event              the accounted DpEvent tree, as text
+steps              steps run (T)
+sample_rate        Poisson rate q = batch_size / n_train
+sampling           independent | shared
+seed, seeds        run seed and the derived init / sampling / noise seeds
+selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
+                   its hard train constraint holds
+metrics            ``metrics.<split>.<name>`` for split in train/val/test at the selected step:
+                   accuracy, loss, constraint_values_hard/soft (J lists), constraint_max_hard/soft
+                   (max_j Gamma_j), violation_hard/soft (max_j Gamma_j - gamma_j), satisfied,
+                   dp_gap, eo_gap, eop_gap, fnr, fpr, group_accuracy, group_positive_rate (maps
+                   group -> value), n
+last_metrics       the same at the last step
+lambda             final dual variables
+hyperparameters    the method spec used (after noise calibration)
+group_sizes        rows per sensitive group in each split
+stats              mean batch size, clip fraction, time per step (ms), wall time (s), ...
+config_hash        hash of the computing part of the config (sweep resume)
+mlflow             {run_id, experiment, uri} when tracking is enabled
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+REQUIRED_KEYS = (
+    "schema_version", "method", "dataset", "constraint", "gamma", "eps_target", "eps_spent",
+    "delta", "steps", "sampling", "seed", "selected_step", "metrics",
+)  # fmt: skip
+REQUIRED_METRICS = (
+    "accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy",
+)  # fmt: skip
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> null, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write(summary: dict[str, Any], path: Path) -> Path:
+    """Write summary.json atomically (a crash never leaves a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_clean(summary), indent=2, sort_keys=False)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        fh.write(text + "\n")
+    os.replace(fh.name, path)
+    return path
+
+
+def validate(summary: dict[str, Any]) -> list[str]:
+    """Problems with a summary (empty when it follows the schema)."""
+    problems = [f"missing key {k}" for k in REQUIRED_KEYS if k not in summary]
+    for split in ("train", "val", "test"):
+        m = summary.get("metrics", {}).get(split)
+        if m is None:
+            problems.append(f"missing metrics.{split}")
+            continue
+        problems += [f"missing metrics.{split}.{k}" for k in REQUIRED_METRICS if k not in m]
+    return problems
