@@ -92,7 +92,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
     from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.base import Seeds
     from raco_cli.methods.core import resolve_device
-    from raco_cli.methods.planning import plan
+    from raco_cli.methods.planning import plan, run_event
     from raco_cli.privacy import accountant
     from raco_cli.tracking import summary as summary_mod
 
@@ -146,7 +146,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             data, model, cons, pplan.spec, steps=pplan.steps, seeds=seeds, device=device, reporter=_FanOut(progress, recorder)
         )
         progress.close()
-        event = accountant.repeated_event(method.step_event(pplan.spec, pplan.sample_rate, constrained=constrained), result.steps)
+        event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=constrained)
         eps_spent = accountant.epsilon(event, spec.delta, discretization=spec.discretization) if method.PRIVATE else None
         if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
             raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")

@@ -3,8 +3,11 @@
 A method module exposes
 
 * ``NAME`` and ``PRIVATE`` (bool),
-* ``step_event(spec, sample_rate) -> DpEvent``: the releases of one step, for the accountant,
-* ``fit(data, model, constraints, spec, *, reporter) -> TrainResult``.
+* ``step_event(spec, sample_rate, *, constrained) -> DpEvent``: the releases of one step,
+* optionally ``run_event(spec, sample_rate, steps, *, constrained) -> DpEvent`` when a run is
+  not simply ``SelfComposed(step_event, steps)`` (e.g. a first stage before training);
+  :func:`raco_cli.methods.planning.run_event` picks whichever the method defines,
+* ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``.
 
 Methods never log to MLflow or print: they report through a :class:`Reporter`.
 """

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import dp_accounting as dpa
 
-from raco_cli.errors import BUDGET_EXCEEDED, ConfigError, PrivacyBudgetError
+from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import accountant
 
@@ -34,6 +34,15 @@ class PrivacyPlan:
     sample_rate: float
     event: dpa.DpEvent
     eps_planned: float
+
+
+def run_event(method: ModuleType, spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool) -> dpa.DpEvent:
+    """The DpEvent tree of a whole run: the method's ``run_event`` if it defines one, else
+    ``SelfComposed(step_event, steps)``."""
+    custom = getattr(method, "run_event", None)
+    if custom is not None:
+        return custom(spec, sample_rate, steps, constrained=constrained)
+    return accountant.repeated_event(method.step_event(spec, sample_rate, constrained=constrained), steps)
 
 
 def describe(spec: MethodSpec, constrained: bool) -> str:
@@ -69,13 +78,16 @@ def plan(
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)
     if not method.PRIVATE:
         steps = spec.steps or spec.max_steps
-        return PrivacyPlan(spec, steps, q, accountant.repeated_event(method.step_event(spec, q), steps), float("inf"))
+        return PrivacyPlan(spec, steps, q, run_event(method, spec, q, steps, constrained=constrained), float("inf"))
     for key in ("noise_multiplier", "clip_norm") + (("hist_noise_multiplier",) if constrained and method.NAME == "raco_dp" else ()):
         if getattr(spec, key) is None:
             raise ConfigError(f"method.{key} must be set for the private method {method.NAME} (got null).")
     if spec.steps is None:
-        step = method.step_event(spec, q, constrained=constrained)
-        steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q)
+        if hasattr(method, "run_event"):
+            steps = _max_steps_of_run(method, spec, q, budget, constrained)
+        else:
+            step = method.step_event(spec, q, constrained=constrained)
+            steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q)
     else:
         steps = spec.steps
         if spec.calibrate_noise:
@@ -86,7 +98,7 @@ def plan(
 
             factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q)
             spec = _scale_noise(base, factor)
-    event = accountant.repeated_event(method.step_event(spec, q, constrained=constrained), steps)
+    event = run_event(method, spec, q, steps, constrained=constrained)
     eps_planned = accountant.epsilon(event, delta, discretization=discretization)
     if eps_planned > eps:
         raise PrivacyBudgetError(
@@ -95,6 +107,25 @@ def plan(
             )
         )
     return PrivacyPlan(spec, steps, q, event, eps_planned)
+
+
+def _max_steps_of_run(method: ModuleType, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool) -> int:
+    """Largest T <= max_steps whose whole-run event fits the budget (binary search)."""
+
+    def eps_at(T: int) -> float:
+        return accountant.epsilon(run_event(method, spec, q, T, constrained=constrained), budget.delta, discretization=budget.discretization)
+
+    if eps_at(1) > budget.eps:
+        raise PrivacyBudgetError(
+            UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=q, mechanism=describe(spec, constrained), eps_one=eps_at(1))
+        )
+    if eps_at(spec.max_steps) <= budget.eps:
+        return spec.max_steps
+    lo, hi = 1, spec.max_steps
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if eps_at(mid) <= budget.eps else (lo, mid)
+    return lo
 
 
 def _scale_noise(spec: MethodSpec, factor: float) -> MethodSpec:
