@@ -110,7 +110,10 @@ def parse_xls(content: bytes) -> pd.DataFrame:
     import io
 
     try:
-        df = pd.read_excel(io.BytesIO(content), header=1, engine="xlrd")
+        # xlrd writes warnings about damaged files to its logfile (stdout by default)
+        df = pd.read_excel(
+            io.BytesIO(content), header=1, engine="xlrd", engine_kwargs={"logfile": io.StringIO()}
+        )
     except ImportError as exc:
         raise DataIntegrityError(
             f"Reading {XLS_NAME} needs xlrd ({exc}); install it with: pip install 'xlrd>=2'"
