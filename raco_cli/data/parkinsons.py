@@ -19,7 +19,10 @@ Definitions:
 Split: stratification needs a label before the split exists.  We stratify on
 (provisional label, sex), the provisional label being ``total_UPDRS >`` the full-data median,
 and only then define the label with the training median.  The two medians are close, so
-the classes stay balanced in every split; the full-data median is used for nothing else.
+the classes stay balanced in every split; the full-data median is used for nothing else
+(like any stratified split, the split reads every row's stratum; the label threshold and
+the standardisation read the training part only, which a test checks by perturbing the
+test rows).
 Rows of one subject may fall in different splits, as in the reference protocol (it splits
 rows, not subjects).
 """
