@@ -71,6 +71,9 @@ def _train(argv: list[str]) -> int:
         from raco_cli.cli.validate import prevalidate
 
         prevalidate(argv)
+        from raco_cli.cli.train import check_writable, output_root
+
+        check_writable(output_root(argv))  # before Hydra creates anything: one line, exit 2
     from raco_cli.cli.train import hydra_entry
 
     sys.argv = ["raco train", *argv]

@@ -176,6 +176,21 @@ def check_writable(run_dir: Path) -> None:
             pass
 
 
+def output_root(args: list[str]) -> Path:
+    """The fixed part of the run (or sweep) directory of ``raco train`` overrides.
+
+    ``hydra.run.dir`` / ``hydra.sweep.dir`` up to the first interpolation (``${now:...}``),
+    else ``outputs/runs`` / ``outputs/multiruns`` (conf/hydra/default.yaml).
+    """
+    multirun = any(a in ("--multirun", "-m") for a in args)
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    value = next((a[len(key) :] for a in args if a.startswith(key)), None)
+    if value is None:
+        return Path("outputs/multiruns" if multirun else "outputs/runs")
+    fixed = value.split("${", 1)[0]
+    return Path(fixed) if fixed.endswith("/") or "${" not in value else Path(fixed).parent
+
+
 def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None) -> dict[str, Any]:
     """Run one training job and return its summary (also written to ``run_dir/summary.json``).
 

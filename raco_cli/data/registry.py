@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raco_cli.data.types import TabularData
-from raco_cli.errors import unknown_name
+from raco_cli.errors import ConfigError, unknown_name
 
 
 @dataclass(frozen=True)
@@ -80,4 +81,12 @@ def load(
     kwargs = dict(options or {})
     if entry.needs_files:
         kwargs.update(data_dir=Path(data_dir), mirror=mirror, allow_download=allow_download)
-    return entry.loader().load(split_seed=split_seed, **kwargs)
+    loader = entry.loader()
+    allowed = set(inspect.signature(loader.load).parameters) - {"split_seed", "data_dir", "mirror", "allow_download"}
+    unknown = sorted(set(options or {}) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"Unknown key dataset.options.{unknown[0]} for dataset={name}. Allowed: "
+            f"{', '.join('dataset.options.' + a for a in sorted(allowed)) or 'none'}."
+        )
+    return loader.load(split_seed=split_seed, **kwargs)
