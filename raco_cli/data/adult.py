@@ -98,6 +98,10 @@ def read_raw(*, data_dir: Path, mirror: str | None, allow_download: bool) -> tup
             raise DataIntegrityError(
                 f"{path} is not a valid 'adult' file ({first}). Delete it and fetch it again with: make data DATASET=adult"
             ) from None
+        if df.empty:
+            raise DataIntegrityError(
+                f"{path} is not a valid 'adult' file (it has no rows). Delete it and fetch it again with: make data DATASET=adult"
+            )
         require_columns(df, COLUMNS, dataset="adult", path=str(path))
         _check_shape(df, str(path))
         frames.append(df)
