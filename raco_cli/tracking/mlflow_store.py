@@ -151,7 +151,10 @@ def _process_start(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # a zombie (killed, not yet reaped) or dead process is gone
+        return None
+    return fields[19]
 
 
 def process_identity() -> dict[str, str]:
