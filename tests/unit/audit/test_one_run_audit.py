@@ -27,6 +27,7 @@ def results(prepared):
             for mech in ("correct", "broken_no_noise", "broken_shared_class_noise")}
 
 
+@pytest.mark.slow
 def test_correct_mechanism_bound_stays_below_the_accounted_eps(results):
     r = results["correct"]
     assert r.eps_accounted <= 1.0
@@ -35,6 +36,7 @@ def test_correct_mechanism_bound_stays_below_the_accounted_eps(results):
     assert r.settings["histogram_releases"] == r.steps  # every step's histogram was scored
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mech,score", [("broken_no_noise", "mass"), ("broken_shared_class_noise", "spread")])
 def test_broken_mechanisms_are_caught(results, mech, score):
     r = results[mech]
@@ -46,6 +48,7 @@ def test_broken_mechanisms_are_caught(results, mech, score):
     assert not r.conformance["ok"]
 
 
+@pytest.mark.slow
 def test_shared_class_noise_has_the_right_marginal_but_full_correlation(results):
     c = results["broken_shared_class_noise"].conformance
     assert c["zero_fraction"] == 0 and c["mean_abs_over_scale"] == pytest.approx(1.0, abs=0.05)
@@ -84,3 +87,12 @@ def test_audit_cells_leave_the_real_constraints_unchanged(synthetic):
     lam = np.ones(base.J)
     np.testing.assert_allclose(aud.cell_weights(H, lam, floor=1.0)[: base.Q], base.cell_weights(H[: base.Q], lam, floor=1.0))
     assert np.all(aud.cell_weights(H, lam, floor=1.0)[base.Q :] == 0)
+
+
+def test_quick_audit_separates_correct_from_broken(prepared):
+    """Default-run version of the slow tests above: 40 steps, m = 200."""
+    correct = run_audit(prepared(["method.max_steps=40"]), AuditSpec(canaries=200, seed=2))
+    broken = run_audit(prepared(["method.max_steps=40"]), AuditSpec(canaries=200, seed=2, mechanism="broken_no_noise"))
+    assert correct.steps == broken.steps == 40
+    assert correct.eps_lower_bound <= correct.eps_accounted < broken.eps_lower_bound
+    assert broken.violation and not correct.violation
