@@ -15,8 +15,8 @@ Noise source (``privacy.secure_rng``):
   reproducible by design; the noise seed is ignored.  A PRNG merely *seeded* from
   ``os.urandom`` (numpy's PCG64, torch's MT19937) would not do: their state can be
   reconstructed from their outputs (624 outputs for MT19937), after which every later
-  draw is known.  torchcsprng (Opacus' ``secure_mode``) is unmaintained and has no build for
-  current torch.
+  draw is known.  torchcsprng (Opacus' ``secure_mode``) has no distribution pip can install
+  for this platform and torch 2.13.
 
 What neither source fixes (Mironov, "On significance of the least significant bits for
 differential privacy", CCS 2012): Laplace and Gaussian samples computed in floating point
