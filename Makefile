@@ -37,6 +37,13 @@ test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
 test-slow: $(STAMP) ## slow tests only (minutes)
 	$(PYTEST) -m "slow and not gpu" -q
 
+test-trust: $(STAMP) ## trust suite incl. slow: audit, bad input, data/process/numerical faults, concurrency
+	$(PYTEST) -q -p no:cacheprovider tests/unit/audit tests/config/test_bad_input.py tests/unit/data/test_data_faults.py \
+		tests/unit/methods/test_numerical_faults.py tests/unit/privacy/test_secure_rng.py tests/e2e/test_trust.py tests/e2e/test_concurrency.py
+
+audit: $(STAMP) ## privacy audit of RaCO-DP on Adult: make audit ARGS="eps=4 audit.mechanism=broken_no_noise"
+	$(RACO) audit dataset=adult $(ARGS)
+
 test-gpu: $(STAMP) ## GPU tests (skipped without CUDA)
 	$(PYTEST) -m gpu -q
 
@@ -58,4 +65,4 @@ bench: $(STAMP) ## time per step of RaCO-DP vs DP-SGD on Adult, batch 512
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-gpu test-all lint typecheck data bench clean-outputs
+.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench clean-outputs

@@ -40,6 +40,10 @@ class TrackingError(RacoError, RuntimeError):
     """The experiment store cannot be written or read."""
 
 
+class OutputError(RacoError, OSError):
+    """The run directory cannot be written (read-only, full disk, not a directory)."""
+
+
 # --- message templates --------------------------------------------------------------------
 
 UNKNOWN_NAME = "Unknown {kind} '{name}'. Available: {available}."
@@ -71,6 +75,10 @@ BUDGET_EXCEEDED = (
     "Cannot reach eps={eps} (delta={delta}, steps={steps}, sample_rate={sample_rate:.4g}, "
     "{mechanism}): the run would spend eps={eps_spent:.4g}. Lower method.steps, or set "
     "method.steps=null to derive the steps from the budget."
+)
+OUTPUT_NOT_WRITABLE = (
+    "Cannot write to the output directory {path}: {reason}. Free some space or choose a "
+    "writable location with hydra.run.dir=<dir> (sweeps: hydra.sweep.dir=<dir>)."
 )
 NOISE_UNREACHABLE = (
     "Cannot reach eps={eps} (delta={delta}, steps={steps}, sample_rate={sample_rate:.4g}): "

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +199,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
 
         raise ConfigError(GAMMA_RANGE.format(value=gamma))
 
-    method = _method_spec(c.get("method") or {})
+    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng)
     model = dict(c.get("model") or {})
     if model.get("name") not in models.MODELS:
         raise unknown_name("model", model.get("name"), models.MODELS)

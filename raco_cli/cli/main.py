@@ -18,12 +18,15 @@ commands:
   train [overrides]     train one model (Hydra overrides; --multirun/-m for sweeps)
   privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
   data list|fetch|info  datasets: presence, download + checksum, split statistics
+  audit [overrides]     empirical privacy audit: eps lower bound vs accounted eps
+  runs stale            find (and mark FAILED) MLflow runs whose process is gone
 
 examples:
   raco train dataset=adult constraint=dp eps=1
   raco train --multirun eps=0.5,1,2 seed=0,1,2 hydra/launcher=joblib
   raco privacy epsilon --steps 1000 --sample-rate 0.01 --noise-multiplier 1 --hist-noise-multiplier 2 --delta 1e-5
   raco data list
+  raco audit dataset=adult eps=1
 
 `raco <command> --help` describes a command."""
 
@@ -68,6 +71,9 @@ def _train(argv: list[str]) -> int:
         from raco_cli.cli.validate import prevalidate
 
         prevalidate(argv)
+        from raco_cli.cli.train import check_writable, output_root
+
+        check_writable(output_root(argv))  # before Hydra creates anything: one line, exit 2
     from raco_cli.cli.train import hydra_entry
 
     sys.argv = ["raco train", *argv]
@@ -97,10 +103,18 @@ def main(argv: list[str] | None = None) -> int:
             from raco_cli.cli import data_cmd
 
             return data_cmd.main(rest)
+        if command == "audit":
+            from raco_cli.cli import audit_cmd
+
+            return audit_cmd.main(rest)
+        if command == "runs":
+            from raco_cli.cli import runs_cmd
+
+            return runs_cmd.main(rest)
     except RacoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"error: unknown command '{command}'. Available: data, privacy, train. See raco --help.", file=sys.stderr)
+    print(f"error: unknown command '{command}'. Available: audit, data, privacy, runs, train. See raco --help.", file=sys.stderr)
     return 2
 
 

@@ -9,9 +9,11 @@ is touched, so bad input never leaves a half-written record.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,27 +81,39 @@ def load_data(spec: RunSpec):
     return loaded
 
 
-def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None) -> dict[str, Any]:
-    """Run one training job and return its summary (also written to ``run_dir/summary.json``).
+@dataclass
+class PreparedRun:
+    """Everything a run needs, built and validated before any MLflow write."""
+
+    spec: RunSpec
+    resolved: dict[str, Any]
+    method: Any
+    data: Any
+    constraints: Any
+    constrained: bool
+    model: Any
+    plan: Any
+    device: Any
+    seeds: Any
+
+
+def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
+    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+
+    Shared by ``raco train`` and ``raco audit``; everything here can reject a run, and
+    nothing here touches the MLflow store.
 
     Raises:
-        RacoError: bad config, missing data, or an unreachable budget (before any MLflow write).
+        RacoError: bad config, missing or corrupted data, an unreachable budget.
     """
-    import torch
-
     from raco_cli import constraints as constraints_mod
     from raco_cli import methods, models
-    from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.base import Seeds
     from raco_cli.methods.core import resolve_device
-    from raco_cli.methods.planning import plan, run_event
-    from raco_cli.privacy import accountant
-    from raco_cli.tracking import summary as summary_mod
+    from raco_cli.methods.planning import plan
 
-    t_start = time.time()
     spec = build_run_spec(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    run_dir = Path(run_dir)
     method = methods.get(spec.method.name)
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
@@ -114,8 +128,91 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         method, spec.method, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
     )
     log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
-    device = resolve_device(spec.device)
-    seeds = Seeds.from_seed(spec.seed)
+    return PreparedRun(
+        spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
+        model=model, plan=pplan, device=resolve_device(spec.device), seeds=Seeds.from_seed(spec.seed),
+    )
+
+
+_SECURE_RNG_WARNED = False
+
+
+def warn_secure_rng(private: bool, secure: bool) -> None:
+    """Warn once per process that the noise is not from a secure source (as Opacus does)."""
+    global _SECURE_RNG_WARNED
+    if private and not secure and not _SECURE_RNG_WARNED:
+        _SECURE_RNG_WARNED = True
+        log.warning(
+            "Secure RNG turned off: the noise comes from torch's seeded PRNG, which is reproducible "
+            "but predictable. Fine for experiments; set privacy.secure_rng=true for a model you "
+            "release (see README, 'Noise source and floating point')."
+        )
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail early, with one line, when the run directory cannot take the run's outputs.
+
+    Writes and removes a small probe file (catches read-only mounts, permissions, a full
+    disk and a file in the way), before the MLflow store is touched.
+
+    Raises:
+        OutputError: the directory cannot be created or written.
+    """
+    from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
+
+    probe = Path(run_dir) / ".raco_write_probe"
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
+def output_root(args: list[str]) -> Path:
+    """The fixed part of the run (or sweep) directory of ``raco train`` overrides.
+
+    ``hydra.run.dir`` / ``hydra.sweep.dir`` up to the first interpolation (``${now:...}``),
+    else ``outputs/runs`` / ``outputs/multiruns`` (conf/hydra/default.yaml).
+    """
+    multirun = any(a in ("--multirun", "-m") for a in args)
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    value = next((a[len(key) :] for a in args if a.startswith(key)), None)
+    if value is None:
+        return Path("outputs/multiruns" if multirun else "outputs/runs")
+    fixed = value.split("${", 1)[0]
+    return Path(fixed) if fixed.endswith("/") or "${" not in value else Path(fixed).parent
+
+
+def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None) -> dict[str, Any]:
+    """Run one training job and return its summary (also written to ``run_dir/summary.json``).
+
+    Raises:
+        RacoError: bad config, missing data, an unreachable budget or an unwritable run
+            directory (before any MLflow write); a failed write of the outputs (the MLflow
+            run is then marked FAILED).
+    """
+    import torch
+
+    from raco_cli.figures.curves import plot_training_curves
+    from raco_cli.methods.planning import run_event
+    from raco_cli.privacy import accountant
+    from raco_cli.tracking import summary as summary_mod
+
+    t_start = time.time()
+    prep = prepare_run(cfg)
+    spec, resolved, method, data, cons = prep.spec, prep.resolved, prep.method, prep.data, prep.constraints
+    constrained, model, pplan, device, seeds = prep.constrained, prep.model, prep.plan, prep.device, prep.seeds
+    run_dir = Path(run_dir)
+    check_writable(run_dir)
+    warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
 
     recorder = None
     if spec.tracking.enabled:
@@ -127,6 +224,10 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             "constraint": spec.constraint.name,
             "raco.config_hash": spec.config_hash,
             "raco.run_dir": str(run_dir),
+            "raco.secure_rng": str(spec.secure_rng).lower(),
+            "raco.seed.init": str(seeds.init),
+            "raco.seed.sampling": str(seeds.sampling),
+            "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
         }
         run_name = spec.tracking.run_name or (
             f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
@@ -146,6 +247,13 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             data, model, cons, pplan.spec, steps=pplan.steps, seeds=seeds, device=device, reporter=_FanOut(progress, recorder)
         )
         progress.close()
+        nonfinite = int(result.stats.get("nonfinite_rows", 0))
+        if nonfinite:
+            log.warning(
+                "%d per-sample gradients were non-finite (NaN/inf) and were dropped from the clipped sum "
+                "(summary.json stats.nonfinite_rows); the model stayed finite. Lower method.lr or check the data.",
+                nonfinite,
+            )
         event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=constrained)
         eps_spent = accountant.epsilon(event, spec.delta, discretization=spec.discretization) if method.PRIVATE else None
         if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
@@ -167,7 +275,8 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             "sample_rate": pplan.sample_rate,
             "sampling": pplan.spec.sampling,
             "seed": spec.seed,
-            "seeds": {"init": seeds.init, "sampling": seeds.sampling, "noise": seeds.noise},
+            "seeds": {"init": seeds.init, "sampling": seeds.sampling, "noise": None if spec.secure_rng else seeds.noise},
+            "secure_rng": spec.secure_rng,
             "selection": pplan.spec.selection,
             "selected_step": rec.step,
             "satisfied": bool(rec.metrics["train"]["satisfied"]),
@@ -182,13 +291,20 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         }
         if recorder is not None:
             summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
-        summary_path = summary_mod.write(summary, run_dir / "summary.json")
-        curves = plot_training_curves(
-            result.history, gamma=spec.constraint.gamma, path=run_dir / "curves.png",
-            title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
-        )
-        OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
-        torch.save(result.state_dict, run_dir / "model.pt")
+        try:
+            summary_path = summary_mod.write(summary, run_dir / "summary.json")
+            curves = plot_training_curves(
+                result.history, gamma=spec.constraint.gamma, path=run_dir / "curves.png",
+                title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
+            )
+            OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
+            torch.save(result.state_dict, run_dir / "model.pt")
+        except OSError as exc:  # disk full or directory gone mid-run: one line, run marked FAILED
+            from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
+
+            raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
+        if recorder is not None:
+            recorder.log_metrics({"stats/nonfinite_rows": float(nonfinite)}, step=int(result.steps))
         if recorder is not None:
             _log_final(recorder, summary, [summary_path, curves, run_dir / "config.yaml"])
         status = "FINISHED"

@@ -103,3 +103,23 @@ def prevalidate(args: Sequence[str]) -> None:
                     raise ConfigError(f"Invalid configuration: {_first_line(exc)}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def compose_config(args: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra is imported lazily)
+    """Validate the overrides (as :func:`prevalidate`) and return the composed job config.
+
+    Used by commands that run one job without Hydra's launcher (``raco audit``).
+
+    Raises:
+        ConfigError: the first problem, as one line.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    prevalidate(args)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=job_overrides(args))
+    finally:
+        GlobalHydra.instance().clear()

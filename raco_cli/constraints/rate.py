@@ -128,6 +128,36 @@ class ConstraintSet:
         gamma = np.array([c.gamma for c in constraints], dtype=float)
         return cls(constraints, n_classes, n_groups, cell_of, membership, alpha, gamma)
 
+    def with_audit_cells(self, n_cells: int, *, label: int) -> ConstraintSet:
+        """Audit only (``raco audit``): add ``n_cells`` canary groups with dedicated cells.
+
+        Canary i is a record of the new group ``n_groups + i`` with label ``label``; its fine
+        cell ``(label, n_groups + i)`` becomes the global cell ``Q + i`` of its own, and the
+        fine cells of the other labels of all canary groups share one extra cell ``Q + n_cells``
+        (they hold no rows).  No subset contains the new cells (their membership columns are
+        0), so denominators, ``Gamma_post`` and the regularizer weights of the real cells are
+        unchanged: training differs from the audited configuration only by the canaries'
+        own loss gradients.  The new cells go through the same histogram and noise code as
+        the real ones (rows ``Q..Q+n_cells`` of the same (Q', K) array).
+
+        Why dedicated cells: in a populated cell one canary changes a count of ~10^4 sampled
+        rows by one, which is barely distinguishable even without noise; alone in its cell it
+        is the whole count (research note ``audit.md``, section 4).  Remark-1 merging would put
+        every unused fine cell into one global cell, so :meth:`build` cannot produce this.
+        """
+        if n_cells < 1:
+            raise ValueError("n_cells must be >= 1")
+        if not 0 <= label < self.n_classes:
+            raise ValueError(f"label must be in 0..{self.n_classes - 1}")
+        Q = self.Q
+        extra = np.full((self.n_classes, n_cells), Q + n_cells, dtype=np.int64)
+        extra[label] = Q + np.arange(n_cells)
+        cell_of = np.concatenate([self.cell_of, extra], axis=1)
+        membership = np.concatenate([self.membership, np.zeros((self.M, n_cells + 1))], axis=1)
+        return ConstraintSet(
+            self.constraints, self.n_classes, self.n_groups + n_cells, cell_of, membership, self.alpha, self.gamma
+        )
+
     # --- shapes --------------------------------------------------------------------------
 
     @property

@@ -17,6 +17,7 @@ import pandas as pd
 from raco_cli.data import sources
 from raco_cli.data.tabular import ColumnSpec, build_tabular, require_columns
 from raco_cli.data.types import TabularData
+from raco_cli.errors import DataIntegrityError
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
 FILES = (
@@ -82,23 +83,60 @@ def read_raw(*, data_dir: Path, mirror: str | None, allow_download: bool) -> tup
         stream, path = sources.open_file(
             "adult", spec, data_dir=data_dir, mirror=mirror, allow_download=allow_download
         )
-        df = pd.read_csv(
-            stream,
-            header=None,
-            names=list(COLUMNS),
-            skipinitialspace=True,
-            na_values="?",
-            skiprows=skip,
-            dtype=str,
-        )
+        try:
+            df = pd.read_csv(
+                stream,
+                header=None,
+                names=list(COLUMNS),
+                skipinitialspace=True,
+                na_values="?",
+                skiprows=skip,
+                dtype=str,
+            )
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DataIntegrityError(
+                f"{path} is not a valid 'adult' file ({first}). Delete it and fetch it again with: make data DATASET=adult"
+            ) from None
+        if df.empty:
+            raise DataIntegrityError(
+                f"{path} is not a valid 'adult' file (it has no rows). Delete it and fetch it again with: make data DATASET=adult"
+            )
         require_columns(df, COLUMNS, dataset="adult", path=str(path))
+        _check_shape(df, str(path))
         frames.append(df)
         paths.append(str(path))
     df = pd.concat(frames, ignore_index=True).dropna().reset_index(drop=True)
     for col in NUMERIC:
-        df[col] = pd.to_numeric(df[col])
+        values = pd.to_numeric(df[col], errors="coerce")
+        if values.isna().any():
+            bad = df.loc[values.isna(), col].iloc[0]
+            raise DataIntegrityError(
+                f"Adult column '{col}' has a non-numeric value {bad!r}; the file is not a valid UCI Adult "
+                "file. Delete it and fetch it again with: make data DATASET=adult"
+            )
+        df[col] = values
     df["income"] = df["income"].str.rstrip(".")
+    if df.empty:
+        raise DataIntegrityError(f"No complete rows in {', '.join(paths)}. Delete the files and fetch them again with: make data DATASET=adult")
     return df, ", ".join(paths)
+
+
+def _check_shape(df: pd.DataFrame, path: str) -> None:
+    """Wrong columns (a different or damaged table) fail here with one line, not later.
+
+    pandas pads short lines with NaN and ``names=`` hides extra columns, so the column
+    names alone prove nothing: every non-blank line must fill the label column with a
+    known value.
+    """
+    labels = df["income"].dropna().str.rstrip(".")
+    unknown = sorted(set(labels) - {"<=50K", ">50K"})
+    if df["income"].isna().any() or unknown:
+        detail = f"unexpected labels {unknown[:3]}" if unknown else "lines with fewer than 15 columns"
+        raise DataIntegrityError(
+            f"{path} is not a valid 'adult' file ({detail}); expected 15 comma-separated columns ending in "
+            "the income label. Delete it and fetch it again with: make data DATASET=adult"
+        )
 
 
 def load(

@@ -11,6 +11,7 @@ import pandas as pd
 
 from raco_cli.data.tabular import ColumnSpec, build_tabular
 from raco_cli.data.types import TabularData
+from raco_cli.errors import ConfigError
 
 
 def load(
@@ -22,7 +23,18 @@ def load(
     seed: int = 0,
     split_seed: int = 0,
 ) -> TabularData:
-    """Generate the synthetic table (deterministic in ``seed``)."""
+    """Generate the synthetic table (deterministic in ``seed``).
+
+    Raises:
+        ConfigError: an option out of range (one line naming ``dataset.options.<key>``).
+    """
+    for key, value, low in (("n", n, 100), ("n_features", n_features, 1), ("n_groups", n_groups, 1),
+                            ("n_classes", n_classes, 2), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(
+                f"dataset.options.{key} must be an integer >= {low} (got dataset.options.{key}={value!r}); "
+                "see conf/dataset/synthetic.yaml."
+            )
     rng = np.random.default_rng(seed)
     group = rng.choice(n_groups, size=n, p=_group_shares(n_groups))
     Z = rng.normal(size=(n, n_features))

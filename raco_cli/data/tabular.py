@@ -25,6 +25,7 @@ from raco_cli.errors import DataIntegrityError
 
 TEST_FRACTION = 0.25
 VAL_FRACTION = 0.15
+MIN_ROWS = 20
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ def stratified_split(
         ``{"train", "val", "test"}`` -> sorted int64 index arrays.
     """
     n = len(y)
+    if n < MIN_ROWS:
+        raise DataIntegrityError(
+            f"The dataset has {n} usable rows; at least {MIN_ROWS} are needed for the split protocol "
+            "(25 % test, 15 % of the rest validation). Check the data files."
+        )
     idx = np.arange(n)
     strata = _strata(y, group)
     rest, test = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=strata)

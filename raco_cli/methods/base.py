@@ -61,6 +61,8 @@ class MethodSpec:
         selection: ``best_feasible``: the evaluation with the highest validation accuracy
             among those whose hard train constraint holds (paper App. E.2); ``last``.
         micro_batch: rows per chunk of the per-sample gradient computation (memory bound).
+        secure_rng: draw the noise from the OS CSPRNG instead of the seeded torch PRNG
+            (``privacy.secure_rng``; see :mod:`raco_cli.privacy.mechanisms`).
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
     """
 
@@ -84,6 +86,7 @@ class MethodSpec:
     eval_every: int = 20
     selection: Selection = "best_feasible"
     micro_batch: int = 4096
+    secure_rng: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +108,8 @@ class MethodSpec:
         ):
             if value is not None:
                 _positive(key, value, meaning)
+        if not isinstance(self.secure_rng, bool):
+            raise ConfigError(f"privacy.secure_rng must be true or false (got privacy.secure_rng={self.secure_rng!r}); use a cryptographically secure noise source.")
         _choice("method.optimizer", self.optimizer, ("sgd", "momentum", "adam"), "the primal optimizer.")
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")

@@ -37,7 +37,7 @@ from raco_cli.methods.base import (
 )
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
 from raco_cli.metrics.evaluate import evaluate
-from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, poisson_sample
+from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, noise_source, poisson_sample
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,9 @@ def run(
     labels = not isinstance(engine, LinearEngine)
     optimizer = make_optimizer(engine.params, spec)
     g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
-    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
+    # optional release hook (raco audit, debugging): sees every noisy release as it happens
+    on_release = getattr(reporter, "on_release", None)
     independent = constrained and spec.sampling == "independent"
     clip = spec.clip_norm if flags.private else None
     noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
@@ -251,6 +253,8 @@ def run(
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell
                 H = H + laplace_noise(tuple(H.shape), spec.hist_noise_multiplier, g_noise).to(device)
                 releases["laplace_histogram"] += 1
+            if on_release is not None:  # before the update: theta_{t-1} produced this histogram
+                on_release(t, "histogram", H)
             weights, g_dual = ops.step(H, lam, floor=spec.denominator_floor)
             if b is not None:
                 c_rows = weights.float().index_select(0, rows.cells.index_select(0, batch))
@@ -309,14 +313,17 @@ def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int,
     """Exact histogram H (Q, K), float64, of a batch's logits (paper eq. 8).
 
     Soft rates ``softmax(tau z)``, or arg-max one-hots for ``dual=hard``; each row adds a
-    probability vector (l1 norm 1) to its own cell, so the l1 sensitivity is 1.
+    probability vector (l1 norm 1) to its own cell, so the l1 sensitivity is 1.  A row with
+    non-finite logits (overflowing model) would add NaN and poison every later step through
+    the denominators and lambda; its NaN entries count 0 instead (its vector keeps l1 <= 1,
+    so the sensitivity bound still holds; the gradient engines drop and count such rows).
     """
     H = torch.zeros(Q, K, dtype=logits.dtype if logits is not None else torch.float32, device=device)
     if logits is not None:
         if spec.dual == "hard":
             probs = nn.functional.one_hot(logits.argmax(dim=1), K).to(logits.dtype)
         else:
-            probs = row_softmax(logits, spec.temperature)
+            probs = torch.nan_to_num(row_softmax(logits, spec.temperature), nan=0.0, posinf=0.0, neginf=0.0)
         H.index_add_(0, cells, probs)
     return H.double()
 

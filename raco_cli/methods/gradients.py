@@ -111,6 +111,8 @@ class LinearEngine:
         # non-finite rows: factor 0 and nan_to_num drop them without a device sync
         gs = torch.nan_to_num(g * clip_factors(norms, clip_norm, finite)[:, None], nan=0.0, posinf=0.0, neginf=0.0)
         clipped, norm_sum, nonfinite = _stats(norms, clip_norm, finite)
+        # a dropped row's zero factor times an inf/NaN feature is NaN: clear those features too
+        X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
         return ClippedSum(grads=[gs.t() @ X, gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 

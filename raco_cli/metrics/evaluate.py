@@ -18,11 +18,16 @@ from raco_cli.constraints.rate import ConstraintSet
 
 
 def softmax(z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise ``softmax(temperature * z)``, shape preserved."""
-    s = temperature * np.asarray(z, dtype=np.float64)
-    s = s - s.max(axis=1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
+    """Row-wise ``softmax(temperature * z)``, shape preserved.
+
+    Rows with non-finite logits (an input row with NaN/inf features) give NaN
+    probabilities, reported as such (null in summary.json), without warnings.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = temperature * np.asarray(z, dtype=np.float64)
+        s = s - s.max(axis=1, keepdims=True)
+        e = np.exp(s)
+        return e / e.sum(axis=1, keepdims=True)
 
 
 def _group_rate(mask_event: np.ndarray, mask_cond: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:

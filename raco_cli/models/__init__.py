@@ -9,13 +9,13 @@ from typing import Any
 from raco_cli.errors import ConfigError, unknown_name
 
 
-def _logreg(input_shape: tuple[int, ...], n_classes: int, **_: Any):
+def _logreg(input_shape: tuple[int, ...], n_classes: int):
     from torch import nn
 
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_classes))
 
 
-def _mlp(input_shape: tuple[int, ...], n_classes: int, *, hidden: tuple[int, ...] = (64, 64), **_: Any):
+def _mlp(input_shape: tuple[int, ...], n_classes: int, *, hidden: tuple[int, ...] = (64, 64)):
     from torch import nn
 
     layers: list[nn.Module] = [nn.Flatten()]
@@ -28,6 +28,20 @@ def _mlp(input_shape: tuple[int, ...], n_classes: int, *, hidden: tuple[int, ...
 
 
 MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp}
+# the model.* keys each model accepts (besides ``name``)
+OPTIONS: dict[str, tuple[str, ...]] = {"logreg": (), "mlp": ("hidden",)}
+MAX_WIDTH = 1_000_000
+
+
+def _check_hidden(name: str, hidden: object) -> tuple[int, ...]:
+    if not isinstance(hidden, (list, tuple)) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and 0 < h <= MAX_WIDTH for h in hidden
+    ):
+        raise ConfigError(
+            f"model.hidden must be a list of layer widths, integers in 1..{MAX_WIDTH} (got model.hidden={hidden!r}); "
+            f"e.g. model.hidden=[64,64] for model={name}."
+        )
+    return tuple(hidden)
 
 
 def build(name: str, *, input_shape: tuple[int, ...], n_classes: int, options: dict[str, Any] | None = None):
@@ -39,12 +53,50 @@ def build(name: str, *, input_shape: tuple[int, ...], n_classes: int, options: d
     if name not in MODELS:
         raise unknown_name("model", name, MODELS)
     opts = {k: v for k, v in (options or {}).items() if k != "name"}
+    allowed = OPTIONS.get(name)
+    if allowed is not None:
+        unknown = sorted(set(opts) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"Unknown key model.{unknown[0]} for model={name}. Allowed: {', '.join('model.' + a for a in allowed) or 'none'}."
+            )
     if "hidden" in opts:
-        opts["hidden"] = tuple(opts["hidden"])
+        opts["hidden"] = _check_hidden(name, opts["hidden"])
     try:
-        return MODELS[name](tuple(input_shape), int(n_classes), **opts)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"model={name} cannot be built for input shape {tuple(input_shape)}: {exc}") from exc
+        model = MODELS[name](tuple(input_shape), int(n_classes), **opts)
+    except (TypeError, ValueError, RuntimeError, MemoryError) as exc:
+        raise ConfigError(f"model={name} cannot be built for input shape {tuple(input_shape)}: {_first_line(exc)}") from None
+    check_fits(name, model, tuple(input_shape), int(n_classes))
+    return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_fits(name: str, model: Any, input_shape: tuple[int, ...], n_classes: int) -> None:
+    """A dry forward pass on one zero example: the model must accept the data's example
+    shape and return ``n_classes`` logits (else one line, before any run starts).
+
+    Raises:
+        ConfigError: the model does not fit the data shape.
+    """
+    import torch
+
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = model(torch.zeros((1, *input_shape)))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        raise ConfigError(
+            f"model={name} does not fit the data: examples have shape {input_shape}, and the forward pass fails "
+            f"with: {_first_line(exc)}. Choose a model for this input shape (model=logreg or model=mlp for tables)."
+        ) from None
+    if tuple(out.shape) != (1, n_classes):
+        raise ConfigError(
+            f"model={name} does not fit the data: it returns outputs of shape {tuple(out.shape[1:])} per example, "
+            f"the data has {n_classes} classes."
+        )
 
 
 def linear_layer(model: Any):

@@ -3,11 +3,66 @@
 Sampling and noise draw from separate generators (as Opacus separates the data loader's
 ``generator`` from the optimizer's ``noise_generator``), so both can be seeded, logged and
 replayed independently.
+
+Noise source (``privacy.secure_rng``):
+
+* ``false`` (default): a seeded ``torch.Generator`` (Mersenne Twister on the CPU, Philox on
+  CUDA).  Reproducible, fast, and *predictable*: anyone who knows the seed (it is logged) or
+  enough outputs can recompute the noise and subtract it, so the guarantee then only holds
+  against adversaries who know neither.  Fine for research, not for releasing a model.
+* ``true``: :class:`SecureNoise`, every uniform drawn from ``os.urandom`` (the kernel's
+  CSPRNG, the source behind Python's ``secrets``), then transformed in float64.  Not
+  reproducible by design; the noise seed is ignored.  A PRNG merely *seeded* from
+  ``os.urandom`` (numpy's PCG64, torch's MT19937) would not do: their state can be
+  reconstructed from their outputs (624 outputs for MT19937), after which every later
+  draw is known.  torchcsprng (Opacus' ``secure_mode``) has no distribution pip can install
+  for this platform and torch 2.13.
+
+What neither source fixes (Mironov, "On significance of the least significant bits for
+differential privacy", CCS 2012): Laplace and Gaussian samples computed in floating point
+do not have the continuous distributions the proofs assume.  Their support is porous
+(``mu + b * (E1 - E2)`` cannot reach every double near ``mu``, and which doubles it reaches
+depends on ``mu``), so a single output can reveal the unnoised value.  The fixes are the
+snapping mechanism (Mironov 2012) for Laplace and exact discrete samplers (discrete
+Gaussian/Laplace, Canonne, Kamath and Steinke 2020) on a fixed grid; raco implements
+neither, and ``secure_rng`` only removes the predictability of the random bits.  See the
+README section "Noise source and floating point".
 """
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
+
+
+class SecureNoise:
+    """Noise from the operating system's CSPRNG (``os.urandom``), with a generator-like face.
+
+    Uniforms on the open interval (0, 1) with 53 random bits, ``(k + 0.5) / 2**53`` for a
+    uniform 53-bit integer k, so ``log`` never sees 0.  ``device`` is where results go.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    def uniform(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """float64 uniforms on (0, 1), shape ``shape``."""
+        n = int(np.prod(shape)) if shape else 1
+        bits = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
+        u = (bits.astype(np.float64) + 0.5) * 2.0**-53
+        return torch.from_numpy(u.reshape(shape)).to(self.device)
+
+
+NoiseSource = torch.Generator | SecureNoise
+
+
+def noise_source(seed: int, device: torch.device | str, *, secure: bool) -> NoiseSource:
+    """The generator of a run's noise: seeded torch PRNG, or :class:`SecureNoise`."""
+    if secure:
+        return SecureNoise(device)
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def poisson_sample(
@@ -46,16 +101,27 @@ def poisson_sample(
     return [(b - i * n).to(device) for i, b in enumerate(blocks)]
 
 
-def laplace_noise(shape: tuple[int, ...], scale: float, generator: torch.Generator, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """i.i.d. Laplace(0, scale) noise, one independent draw per entry.
 
     Drawn as the difference of two Exp(1) variables times the scale (no log of 0 at the
-    edge of the uniform's support, unlike the inverse-CDF method).
+    edge of the uniform's support, unlike the inverse-CDF method).  With a
+    :class:`SecureNoise` source, ``Exp(1) = -log(U)`` of CSPRNG uniforms.
     """
+    if isinstance(generator, SecureNoise):
+        e = -torch.log(generator.uniform((2, *shape)))
+        return (scale * (e[0] - e[1])).to(dtype)
     e = torch.empty((2, *shape), dtype=dtype, device=generator.device).exponential_(generator=generator)
     return scale * (e[0] - e[1])
 
 
-def gaussian_noise(shape: tuple[int, ...], std: float, generator: torch.Generator, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """i.i.d. N(0, std^2) noise."""
+def gaussian_noise(shape: tuple[int, ...], std: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """i.i.d. N(0, std^2) noise.
+
+    With a :class:`SecureNoise` source: Box-Muller on CSPRNG uniforms, in float64.
+    """
+    if isinstance(generator, SecureNoise):
+        u = generator.uniform((2, *shape))
+        z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * torch.pi * u[1])
+        return (std * z).to(dtype)
     return std * torch.randn(shape, generator=generator, dtype=dtype, device=generator.device)

@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RETRIES = 12
+HEARTBEAT_EVERY_S = 60.0
+# a RUNNING run of another host is stale after this long without a heartbeat
+STALE_AFTER_S = float(os.environ.get("RACO_STALE_AFTER_S", "900"))
 PARENT_FILE = ".mlflow_parent_run_id"
 # scalar metrics mirrored to MLflow at every evaluation, per split
 EVAL_METRICS = (
@@ -139,6 +143,103 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _process_start(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or
+    None when the process does not exist.  Pid + start time identify a process even when
+    the pid is reused later."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # a zombie (killed, not yet reaped) or dead process is gone
+        return None
+    return fields[19]
+
+
+def process_identity() -> dict[str, str]:
+    """Tags identifying the current process, for stale-run detection."""
+    pid = os.getpid()
+    return {
+        "raco.host": socket.gethostname(),
+        "raco.pid": str(pid),
+        "raco.pid_start": str(_process_start(pid) or ""),
+        "raco.heartbeat": str(int(time.time())),
+    }
+
+
+def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
+    """Why a RUNNING run is stale (its process is gone), or None when it may still be alive.
+
+    * Same host: the process with the recorded pid and start time no longer exists
+      (SIGKILL, OOM kill, power loss of the job, ...).  Exact.
+    * Another host, or no process tags: no heartbeat for ``stale_after_s`` seconds
+      (``RACO_STALE_AFTER_S``, default 900; heartbeats are written every minute).
+    """
+    now = time.time() if now is None else now
+    host, pid = tags.get("raco.host"), tags.get("raco.pid")
+    if host == socket.gethostname() and pid and pid.isdigit():
+        start = _process_start(int(pid))
+        if start is None or (tags.get("raco.pid_start") and start != tags.get("raco.pid_start")):
+            return f"process {pid} on {host} is gone (killed or crashed)"
+        return None
+    beat = tags.get("raco.heartbeat")
+    if beat is not None and beat.isdigit() and now - int(beat) > stale_after_s:
+        return f"no heartbeat from {host or 'an unknown host'} for {int(now - int(beat))} s"
+    return None
+
+
+def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False) -> list[tuple[str, str]]:
+    """Mark RUNNING runs whose process is gone as FAILED (tag ``raco.stale_reason``).
+
+    Called before every new run, so a killed run never stays RUNNING once anything else runs;
+    ``raco runs stale`` calls it on demand.  Sweep parents are closed when no child is
+    RUNNING any more and the process that created them is gone.
+
+    Returns:
+        ``(run_id, reason)`` of every run marked (or that would be, with ``dry_run``).
+    """
+    running = retrying(c.search_runs, [exp_id], filter_string="attributes.status = 'RUNNING'", max_results=5000)
+    marked: list[tuple[str, str]] = []
+    parents = []
+    for run in running:
+        tags = run.data.tags
+        if tags.get("raco.role") == "sweep":
+            parents.append(run)
+            continue
+        reason = is_stale(tags)
+        if reason is not None:
+            marked.append((run.info.run_id, reason))
+    still_running_parents = {
+        r.data.tags.get("mlflow.parentRunId") for r in running if r.info.run_id not in {m[0] for m in marked}
+    }
+    for run in parents:
+        reason = is_stale(run.data.tags)
+        if reason is not None and run.info.run_id not in still_running_parents:
+            marked.append((run.info.run_id, f"sweep parent: {reason}, no child running"))
+    if not dry_run:
+        for run_id, reason in marked:
+            log.warning("Marking stale MLflow run %s as FAILED: %s", run_id, reason)
+            retrying(c.set_tag, run_id, "raco.stale_reason", reason)
+            retrying(c.set_terminated, run_id, status="FAILED")
+    return marked
+
+
+def close_sweep(uri: str, sweep_dir: Path) -> None:
+    """End a multirun's parent run: FINISHED, or FAILED when a child did not finish."""
+    marker = Path(sweep_dir) / PARENT_FILE
+    if not marker.exists():
+        return
+    parent = marker.read_text().strip()
+    c = client(uri)
+    run = retrying(c.get_run, parent)
+    children = retrying(
+        c.search_runs, [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=5000
+    )
+    ok = all(r.info.status == "FINISHED" for r in children)
+    retrying(c.set_terminated, parent, status="FINISHED" if ok else "FAILED")
+
+
 class RunRecorder:
     """One MLflow run; also the :class:`Reporter` a method reports evaluations to."""
 
@@ -156,10 +257,13 @@ class RunRecorder:
 
         self.client = client(uri)
         self.experiment_id = experiment_id(self.client, experiment, uri)
-        tags = dict(tags)
+        mark_stale_runs(self.client, self.experiment_id)
+        tags = {**dict(tags), **process_identity()}
+        self._last_beat = time.time()
         if parent_sweep_dir is not None:
             parent = sweep_parent(
-                self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}", tags={}
+                self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}",
+                tags=process_identity(),
             )
             tags["mlflow.parentRunId"] = parent
         run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
@@ -173,7 +277,14 @@ class RunRecorder:
 
     # Reporter protocol
     def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
-        pass
+        now = time.time()
+        if now - self._last_beat >= HEARTBEAT_EVERY_S:
+            self.heartbeat(now)
+
+    def heartbeat(self, now: float | None = None) -> None:
+        """Refresh ``raco.heartbeat`` (a run on another host is stale without heartbeats)."""
+        self._last_beat = time.time() if now is None else now
+        retrying(self.client.set_tag, self.run_id, "raco.heartbeat", str(int(self._last_beat)))
 
     def on_eval(self, record: EvalRecord) -> None:
         metrics = {}

@@ -19,7 +19,9 @@ event              the accounted DpEvent tree, as text
 steps              steps run (T)
 sample_rate        Poisson rate q = batch_size / n_train
 sampling           independent | shared
-seed, seeds        run seed and the derived init / sampling / noise seeds
+seed, seeds        run seed and the derived init / sampling / noise seeds (noise: null with
+                   secure_rng)
+secure_rng         whether the noise came from os.urandom (privacy.secure_rng)
 selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
                    its hard train constraint holds
 metrics            ``metrics.<split>.<name>`` for split in train/val/test at the selected step:
@@ -31,7 +33,8 @@ last_metrics       the same at the last step
 lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)
 group_sizes        rows per sensitive group in each split
-stats              mean batch size, clip fraction, time per step (ms), wall time (s), ...
+stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-sample gradients
+                   dropped), time per step (ms), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled
 =================  ==========================================================================

@@ -1,0 +1,127 @@
+"""Bad configuration values and types: one clear line (a RacoError), before the MLflow store
+exists; a property test throws random overrides at the whole pre-run pipeline."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raco_cli import models
+from raco_cli.cli.train import prepare_run
+from raco_cli.cli.validate import compose_config
+from raco_cli.errors import ConfigError, RacoError
+
+BASE = ["dataset=synthetic", "dataset.options.n=400", "method.max_steps=5", "method.batch_size=100"]
+
+
+def _prepare(*extra: str, tmp_path=None):
+    uri = [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"] if tmp_path is not None else []
+    return prepare_run(compose_config([*BASE, *uri, *extra]))
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("eps=0", "eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run."),
+        ("eps=-0.5", "eps must be > 0 (got eps=-0.5); eps is the total privacy budget of the run."),
+        ("eps=nan", "eps must be > 0 (got eps=nan); eps is the total privacy budget of the run."),
+        ("delta=0", "delta must be in (0, 1) (got delta=0.0); delta is the failure probability of the (eps, delta) guarantee, typically 1e-5 or below 1/n."),
+        ("delta=1.5", "delta must be in (0, 1) (got delta=1.5); delta is the failure probability of the (eps, delta) guarantee, typically 1e-5 or below 1/n."),
+        ("constraint.gamma=-0.1", "constraint.gamma must be >= 0 (got -0.1); gamma is the allowed gap of each rate constraint."),
+        ("eps=one", "eps must be a number (got eps='one'); eps is the total privacy budget of the run."),
+        ("constraint.gamma=[1]", "constraint.gamma must be a number (got constraint.gamma=[1]); gamma is the allowed gap of each rate constraint."),
+        ("method.lr=fast", "method.lr must be a number (got method.lr='fast'); see conf/method/<name>.yaml for its meaning."),
+        ("method.batch_size=12.5", "method.batch_size must be an integer (got method.batch_size=12.5); a count."),
+        ("seed=-1", "seed must be a non-negative integer (got seed=-1)."),
+        ("method=adam", "Unknown method 'adam'. Available: dp_sgd, raco_dp, sgd, sgda."),
+        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp."),
+        ("+model.input_dim=5", "Unknown key model.input_dim for model=logreg. Allowed: none."),
+        ("+dataset.options.rows=5", "Unknown key dataset.options.rows for dataset 'synthetic'. Allowed: n, n_classes, n_features, n_groups, seed (see conf/dataset/synthetic.yaml)."),
+        ("dataset.options.n=5", "dataset.options.n must be an integer >= 100 (got dataset.options.n=5); see conf/dataset/synthetic.yaml."),
+        ("method.batch_size=100000", "method.batch_size must be <= the number of training rows (got batch_size=100000, n_train=255); it is the expected Poisson batch size."),
+        ("privacy.secure_rng=yes", "privacy.secure_rng must be true or false (got privacy.secure_rng='yes'); use a cryptographically secure noise source."),
+    ],
+)
+def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message):
+    with pytest.raises(RacoError) as info:
+        _prepare(override, tmp_path=tmp_path)
+    assert str(info.value) == message
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_unknown_names_and_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: adult, synthetic\.$"):
+        _prepare("dataset=adlt")
+    with pytest.raises(ConfigError, match=r"Key 'learning_rate' is not in the config; check the key name"):
+        _prepare("method.learning_rate=3")
+
+
+def test_budget_that_cannot_be_met(tmp_path):
+    with pytest.raises(RacoError, match=r"^Cannot reach eps=0\.001 \(delta=1e-05, sample_rate=.*a single step already spends eps="):
+        _prepare("eps=0.001", tmp_path=tmp_path)
+    with pytest.raises(RacoError, match=r"^Cannot reach eps=0\.05 \(delta=1e-05, steps=5, .*the run would spend eps="):
+        _prepare("eps=0.05", "method.steps=5", "method.batch_size=250", tmp_path=tmp_path)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["model=mlp", "model.hidden=[-3]"], "model.hidden must be a list of layer widths, integers in 1..1000000 (got model.hidden=[-3]); e.g. model.hidden=[64,64] for model=mlp."),
+        (["model=mlp", "model.hidden=5"], "model.hidden must be a list of layer widths, integers in 1..1000000 (got model.hidden=5); e.g. model.hidden=[64,64] for model=mlp."),
+        (["model=mlp", "model.hidden=[0]"], "model.hidden must be a list of layer widths, integers in 1..1000000 (got model.hidden=[0]); e.g. model.hidden=[64,64] for model=mlp."),
+    ],
+)
+def test_models_with_impossible_shapes(extra, message):
+    with pytest.raises(ConfigError) as info:
+        _prepare(*extra)
+    assert str(info.value) == message
+
+
+def test_a_model_that_does_not_fit_the_data_shape(monkeypatch):
+    """A model built for another example shape (e.g. images) fails its dry forward pass."""
+    from torch import nn
+
+    monkeypatch.setitem(models.MODELS, "image_cnn", lambda input_shape, n_classes: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(n_classes)))
+    monkeypatch.setitem(models.OPTIONS, "image_cnn", ())
+    with pytest.raises(ConfigError) as info:
+        models.build("image_cnn", input_shape=(8,), n_classes=2)
+    assert str(info.value).startswith("model=image_cnn does not fit the data: examples have shape (8,), and the forward pass fails with: ")
+    assert str(info.value).endswith("Choose a model for this input shape (model=logreg or model=mlp for tables).")
+    monkeypatch.setitem(models.MODELS, "three_logits", lambda input_shape, n_classes: nn.Sequential(nn.Flatten(), nn.Linear(8, 3)))
+    monkeypatch.setitem(models.OPTIONS, "three_logits", ())
+    with pytest.raises(ConfigError, match=r"returns outputs of shape \(3,\) per example, the data has 2 classes"):
+        models.build("three_logits", input_shape=(8,), n_classes=2)
+
+
+# --- property test ------------------------------------------------------------------------
+
+KEYS = [
+    "eps", "delta", "seed", "device", "constraint.gamma", "method.lr", "method.lr_dual", "method.batch_size",
+    "method.noise_multiplier", "method.hist_noise_multiplier", "method.clip_norm", "method.temperature",
+    "method.lambda_max", "method.sampling", "method.dual", "method.selection", "method.optimizer",
+    "method.momentum", "method.denominator_floor", "method.eval_every", "method.calibrate_noise",
+    "dataset.subset", "dataset.split_seed", "dataset.options.n_groups", "dataset.options.n_features",
+    "privacy.discretization", "privacy.secure_rng", "tracking.enabled", "model.hidden", "method.lrr", "foo",
+    "dataset", "method", "model", "constraint",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.integers(-10**6, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True, width=32).map(lambda f: repr(float(f))),
+    st.sampled_from(["true", "false", "null", "[]", "[1,2]", "[-1]", "{}", "''", "abc", "sgd", "soft", "mlp", "dp", "none", "1e-300", "1e308"]),
+    st.text(alphabet="abc01.-_[]{}$,=:'\" ", min_size=0, max_size=8),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(KEYS), VALUES), min_size=1, max_size=4))
+def test_random_overrides_never_escape_as_tracebacks(tmp_path, pairs):
+    overrides = [f"{k}={v}" for k, v in pairs]
+    overrides = [o for o in overrides if not o.startswith(("method.max_steps", "method.steps"))]
+    try:
+        _prepare(*overrides, tmp_path=tmp_path)
+    except RacoError as exc:
+        assert "\n" not in str(exc) and str(exc)
+    assert not (tmp_path / "mlflow.db").exists()

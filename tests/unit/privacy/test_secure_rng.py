@@ -1,0 +1,76 @@
+"""privacy.secure_rng: CSPRNG noise with the right distributions, not reproducible, wired
+through the training loop, warned about once when off."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from raco_cli import constraints, models
+from raco_cli.methods import raco_dp
+from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.privacy.mechanisms import SecureNoise, gaussian_noise, laplace_noise, noise_source
+
+
+def test_secure_uniforms_are_in_the_open_unit_interval_and_not_reproducible():
+    src = SecureNoise()
+    u = src.uniform((200_000,))
+    assert u.dtype == torch.float64 and float(u.min()) > 0 and float(u.max()) < 1
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-4
+    assert not torch.equal(src.uniform((8,)), src.uniform((8,)))
+
+
+def test_secure_laplace_and_gaussian_distributions():
+    src = SecureNoise()
+    lap = laplace_noise((100_000,), 3.0, src).numpy()
+    assert stats.kstest(lap, "laplace", args=(0, 3.0)).pvalue > 1e-4
+    gau = gaussian_noise((100_000,), 2.0, src).numpy()
+    assert gau.dtype == np.float32
+    assert stats.kstest(gau, "norm", args=(0, 2.0)).pvalue > 1e-4
+
+
+def test_noise_source_choice():
+    assert isinstance(noise_source(1, "cpu", secure=True), SecureNoise)
+    g = noise_source(1, "cpu", secure=False)
+    assert isinstance(g, torch.Generator) and g.initial_seed() == 1
+
+
+def _fit(synthetic, secure):
+    cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
+    model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
+    spec = MethodSpec(name="raco_dp", batch_size=200, eval_every=10, secure_rng=secure, selection="last")
+    res = raco_dp.fit(synthetic, model, cons, spec, steps=10, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
+    return torch.cat([v.flatten() for v in res.state_dict.values()])
+
+
+def test_training_with_secure_rng_is_not_reproducible_from_the_seed(synthetic):
+    a, b = _fit(synthetic, True), _fit(synthetic, True)
+    assert torch.isfinite(a).all() and not torch.equal(a, b)
+    assert torch.equal(_fit(synthetic, False), _fit(synthetic, False))
+
+
+def test_secure_rng_off_warns_once(caplog, monkeypatch):
+    from raco_cli.cli import train
+
+    monkeypatch.setattr(train, "_SECURE_RNG_WARNED", False)
+    with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
+        train.warn_secure_rng(True, False)
+        train.warn_secure_rng(True, False)
+        train.warn_secure_rng(True, True)
+        train.warn_secure_rng(False, False)
+    msgs = [r.getMessage() for r in caplog.records if "Secure RNG" in r.getMessage()]
+    assert len(msgs) == 1 and "privacy.secure_rng=true" in msgs[0]
+
+
+def test_secure_rng_config_key_reaches_the_method_spec():
+    from raco_cli.cli.build import build_run_spec
+    from raco_cli.cli.validate import compose_config
+
+    spec = build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=true"]))
+    assert spec.secure_rng and spec.method.secure_rng
+    with pytest.raises(Exception, match="privacy.secure_rng must be true or false"):
+        build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=maybe"]))
