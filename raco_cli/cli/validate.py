@@ -30,6 +30,37 @@ def _first_line(exc: BaseException) -> str:
     return f"{lines[0]} ({lines[-1]})" if len(lines) > 1 else lines[0]
 
 
+def expand_shorthands(args: Sequence[str]) -> list[str]:
+    """Rewrite ``constraint=dp+fnr`` into ``constraint=combo constraint.parts=dp+fnr``.
+
+    Hydra picks a group option by file name, so a combination of families is the ``combo``
+    option with its ``parts`` listed; the shorthand is expanded before Hydra sees argv.  A
+    sweep over options of which one is a combination (``constraint=dp,dp+fnr``) becomes a
+    sweep over ``constraint.parts`` (a combination of one part is that family).  The
+    ``constraint.parts`` override goes first, so later ``constraint.families.*`` overrides
+    apply on top of it.
+
+    >>> expand_shorthands(["eps=1", "constraint=dp+fnr", "constraint.families.fnr.gamma=0.2"])
+    ['constraint.parts=dp+fnr', 'eps=1', 'constraint=combo', 'constraint.families.fnr.gamma=0.2']
+    >>> expand_shorthands(["constraint=eo"])
+    ['constraint=eo']
+    """
+    out: list[str] = []
+    parts: list[str] = []
+    for arg in args:
+        if arg.startswith("constraint=") and "+" in arg:
+            value = arg.split("=", 1)[1]
+            if any(ch in value for ch in "()[]{}"):
+                raise ConfigError(
+                    f"Cannot expand {arg}: write constraint=combo constraint.parts=<a+b> (a '+'-separated list of families)."
+                )
+            out.append("constraint=combo")
+            parts.append(f"constraint.parts={value}")
+        else:
+            out.append(arg)
+    return parts + out
+
+
 def _is_hydra_override(arg: str) -> bool:
     return arg.startswith(HYDRA_PREFIXES)
 
