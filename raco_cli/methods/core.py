@@ -42,6 +42,7 @@ from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, poisson_s
 log = logging.getLogger(__name__)
 
 EVAL_CHUNK = 8192
+EVAL_CHUNK_BYTES = 2**27  # 128 MiB of features per evaluation chunk
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,13 @@ def make_optimizer(params: list[nn.Parameter], spec: MethodSpec) -> _Optimizer:
 
 @torch.no_grad()
 def predict_logits(engine, data: TabularData, idx: np.ndarray, device: torch.device) -> np.ndarray:
-    """Exact logits of the given rows, in chunks."""
+    """Exact logits of the given rows, in chunks of at most ``EVAL_CHUNK`` rows and
+    ``EVAL_CHUNK_BYTES`` of float32 features (images: 8192 x 3 x 128 x 128 would be 1.6 GB)."""
     out = []
-    for start in range(0, len(idx), EVAL_CHUNK):
-        rows = idx[start : start + EVAL_CHUNK]
+    row_bytes = 4 * max(1, int(np.prod(data.input_shape)))
+    chunk = max(1, min(EVAL_CHUNK, EVAL_CHUNK_BYTES // row_bytes))
+    for start in range(0, len(idx), chunk):
+        rows = idx[start : start + chunk]
         X = torch.as_tensor(data.rows(rows), dtype=torch.float32, device=device)
         out.append(engine.logits(X).double().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, data.n_classes))
