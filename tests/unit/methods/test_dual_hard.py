@@ -61,3 +61,21 @@ def test_raco_dp_hard_dual_noises_the_arg_max_histogram(monkeypatch, synthetic, 
     res, H = _run(raco_dp, synthetic, cons, spec, 10, monkeypatch)
     assert not np.allclose(H, np.round(H))  # Laplace noise on the one-hot counts
     assert np.isfinite(res.lam).all() and res.history[-1].metrics["train"]["accuracy"] > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "family,options,gamma,metric",
+    [("eo", {}, 0.05, "eo_gap"), ("fnr", {"positive_class": 1}, 0.1, "fnr"), ("fnr", {}, 0.35, "fnr"), ("eop", {}, 0.05, "eop_gap")],
+)
+def test_sgda_converges_to_each_family_without_noise(monkeypatch, synthetic, family, options, gamma, metric):
+    """No noise, no clipping: the selected checkpoint meets the hard train constraint, and the
+    family's standard metric is within gamma on train."""
+    cons = _cons([(family, options)], synthetic, gamma=gamma)
+    spec = MethodSpec(name="sgda", batch_size=512, clip_norm=None, noise_multiplier=None, hist_noise_multiplier=None,
+                      lr=1.0, lr_dual=0.5, eval_every=50)  # fmt: skip
+    res, _ = _run(sgda, synthetic, cons, spec, 400, monkeypatch)
+    first, chosen = res.history[0].metrics["train"], res.selected_record.metrics["train"]
+    assert not first["satisfied"] and chosen["satisfied"]
+    assert chosen[metric] <= gamma + 1e-9
+    assert chosen["accuracy"] > 0.65
