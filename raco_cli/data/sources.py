@@ -235,6 +235,7 @@ def download(dataset: str, spec: RemoteFile, *, data_dir: Path) -> Path:
         except DataIntegrityError as exc:
             os.unlink(tmp.name)
             raise DataIntegrityError(str(exc).replace(tmp.name, url)) from None
+        os.chmod(tmp.name, 0o644)  # NamedTemporaryFile creates 0600
         os.replace(tmp.name, target)
         return target
     hint = spec.manual_hint or (
@@ -329,6 +330,7 @@ def fetch(
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
                 tmp.write(content)
+            os.chmod(tmp.name, 0o644)  # NamedTemporaryFile creates 0600
             os.replace(tmp.name, target)
             out.append(target)
             continue
