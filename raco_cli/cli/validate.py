@@ -91,8 +91,8 @@ def config_dirs(args: Sequence[str]) -> tuple[Path, ...]:
     A user keeps their own options there, e.g. ``<dir>/constraint/mine.yaml`` with
     ``name: custom`` for ``raco train --config-dir <dir> constraint=mine``.
 
-    >>> config_dirs(["--config-dir", "/a", "-cd=/b", "eps=1"])
-    (PosixPath('/a'), PosixPath('/b'))
+    >>> config_dirs(["--config-dir", "/usr", "-cd=/tmp", "eps=1"])
+    (PosixPath('/usr'), PosixPath('/tmp'))
     """
     out: list[Path] = []
     it = iter(args)
