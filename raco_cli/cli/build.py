@@ -37,8 +37,20 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class ConstraintSpec:
+    """The constraints of a run.
+
+    Attributes:
+        name: the run's constraint label: a family (``dp``), ``none``, or the parts of a
+            combination joined by ``+`` (``dp+fnr``).
+        gamma: ``constraint.gamma`` (for a combination: the default of parts without their own).
+        parts: one :class:`PartSpec` per family (empty for ``none``).
+        keys: config path of each part, for messages.
+    """
+
     name: str
     gamma: float
+    parts: tuple[Any, ...] = ()
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,42 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
     return MethodSpec(**kwargs)
 
 
+def _constraint_spec(con: Mapping[str, Any]) -> ConstraintSpec:
+    """``constraint`` config -> :class:`ConstraintSpec` (structure checked, names resolved later
+    against the data by :func:`raco_cli.constraints.build_parts`)."""
+    from raco_cli import constraints
+    from raco_cli.errors import GAMMA_RANGE
+
+    name = con.get("name")
+    if name not in constraints.NAMES:
+        raise unknown_name("constraint", name, constraints.NAMES)
+    gamma = _number(con, "gamma", "constraint.gamma", "gamma is the allowed gap of each rate constraint.")
+    if name != "custom" and (gamma < 0 or math.isnan(gamma)):
+        raise ConfigError(GAMMA_RANGE.format(value=gamma))
+    if name == "none":
+        return ConstraintSpec(name="none", gamma=gamma)
+    if name != constraints.COMBO:
+        raw = {k: v for k, v in con.items()}
+        part = constraints.part_spec(name, raw, key="constraint")
+        return ConstraintSpec(name=name, gamma=gamma, parts=(part,), keys=("constraint",))
+    allowed = ("name", "gamma", "parts", "families")
+    for k in con:
+        if k not in allowed:
+            raise ConfigError(f"Unknown key constraint.{k} for constraint=combo. Allowed: {', '.join(allowed)}.")
+    names = constraints.parse_parts(con.get("parts"), key="constraint.parts")
+    fams = con.get("families") or {}
+    parts, keys = [], []
+    for fam in names:
+        raw = dict(fams.get(fam) or {})
+        if raw.get("name", fam) != fam:
+            raise ConfigError(f"constraint.families.{fam}.name must be {fam} (got {raw['name']!r}).")
+        key = f"constraint.families.{fam}"
+        parts.append(constraints.part_spec(fam, raw, key=key, default_gamma=gamma))
+        keys.append(key)
+    label = "+".join(names) if names else "none"
+    return ConstraintSpec(name=label, gamma=gamma, parts=tuple(parts), keys=tuple(keys))
+
+
 def config_hash(cfg: Mapping[str, Any]) -> str:
     """A stable hash of what a run computes (excludes tracking, paths, device, hydra)."""
     plain = {k: v for k, v in cfg.items() if k not in _HASH_EXCLUDED}
@@ -147,7 +195,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     Raises:
         ConfigError: the first invalid value, as one line.
     """
-    from raco_cli import constraints, data, models
+    from raco_cli import data, models
 
     c: dict[str, Any] = (
         OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[assignment]
@@ -189,15 +237,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         options=dict(ds.get("options") or {}),
     )
 
-    con = c.get("constraint") or {}
-    if con.get("name") not in constraints.CONSTRAINTS:
-        raise unknown_name("constraint", con.get("name"), constraints.CONSTRAINTS)
-    gamma = _number(con, "gamma", "constraint.gamma", "gamma is the allowed gap of each rate constraint.")
-    constraint = ConstraintSpec(name=con["name"], gamma=gamma)
-    if gamma < 0 or math.isnan(gamma):
-        from raco_cli.errors import GAMMA_RANGE
-
-        raise ConfigError(GAMMA_RANGE.format(value=gamma))
+    constraint = _constraint_spec(c.get("constraint") or {})
 
     method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng)
     model = dict(c.get("model") or {})

@@ -55,6 +55,8 @@ def train_help() -> str:
         "examples:",
         "  raco train dataset=adult constraint=dp eps=1",
         "  raco train method=dp_sgd constraint=none eps=2 seed=3",
+        "  raco train constraint=eo constraint.gamma=0.05       # also fnr, fpr, eop, custom (conf/constraint/)",
+        "  raco train constraint=dp+fnr constraint.families.fnr.gamma=0.2   # several constraints in one run",
         "  raco train --multirun constraint.gamma=0.02,0.05,0.1 seed=0,1 hydra/launcher=joblib",
         "  raco train --cfg job            # print the composed config and exit",
     ]
@@ -66,6 +68,9 @@ def _train(argv: list[str]) -> int:
         print(train_help())
         return 0
     argv = ["--help" if a == "--hydra-help" else a for a in argv]
+    from raco_cli.cli.validate import expand_shorthands
+
+    argv = expand_shorthands(argv)
     info_only = any(a in ("--cfg", "-c", "--info", "--help", "--resolve", "--shell-completion") for a in argv)
     if not info_only:
         from raco_cli.cli.validate import prevalidate

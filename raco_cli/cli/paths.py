@@ -18,10 +18,15 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("raco_root", lambda: str(PROJECT_ROOT))
 
 
-def group_options(group: str) -> list[str]:
-    """Option names of a config group (the YAML files in ``conf/<group>/``)."""
-    d = CONF_DIR / group
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Option names of a config group (the YAML files in ``conf/<group>/`` and in
+    ``<dir>/<group>/`` of every extra config directory, ``raco train --config-dir <dir>``)."""
+    names: set[str] = set()
+    for root in (CONF_DIR, *extra_dirs):
+        d = Path(root) / group
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(names)
 
 
 GROUPS = ("dataset", "constraint", "method", "model", "tracking", "experiment", "debug")

@@ -118,9 +118,11 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
     log.info("Group sizes (train): %s", data.group_sizes("train"))
-    cons = constraints_mod.build(
-        spec.constraint.name, n_classes=data.n_classes, n_groups=data.n_groups, gamma=spec.constraint.gamma
+    cons = constraints_mod.build_parts(
+        spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
+        class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
     )
+    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
     constrained = not cons.is_empty
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=spec.model)
     n_train = len(data.splits["train"])
@@ -266,6 +268,9 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             "constraint": spec.constraint.name,
             "constraints": list(cons.names),
             "gamma": spec.constraint.gamma,
+            "constraint_gammas": [float(g) for g in cons.gamma],
+            "constraint_families": {p.family: {"gamma": p.gamma, **dict(p.options)} for p in spec.constraint.parts},
+            "partition_cells": cons.Q,
             "eps_target": spec.eps if method.PRIVATE else None,
             "eps_spent": eps_spent,
             "delta": spec.delta,
@@ -294,7 +299,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         try:
             summary_path = summary_mod.write(summary, run_dir / "summary.json")
             curves = plot_training_curves(
-                result.history, gamma=spec.constraint.gamma, path=run_dir / "curves.png",
+                result.history, gamma=_common_gamma(cons.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
                 title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
             )
             OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
@@ -318,6 +323,14 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             recorder.finish(status)
 
 
+def _common_gamma(gammas: Any, default: float) -> float | None:
+    """The gamma shared by every constraint (``default`` when there is none), else None."""
+    values = {float(g) for g in gammas}
+    if not values:
+        return default
+    return values.pop() if len(values) == 1 else None
+
+
 def _spec_dict(spec: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -327,10 +340,16 @@ def _spec_dict(spec: Any) -> dict[str, Any]:
 def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) -> None:
     final = {}
     for split, m in summary["metrics"].items():
-        for name in ("accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard", "dp_gap", "eo_gap", "fnr", "fpr"):
+        for name in ("accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard", "dp_gap", "eo_gap",
+                     "eop_gap", "fnr", "fpr"):
             v = m.get(name)
             if isinstance(v, (int, float)) and v == v:
                 final[f"final/{split}/{name}"] = float(v)
+        for family, fm in (m.get("constraints") or {}).items():
+            for name in ("max_hard", "max_violation_hard", "max_violation_soft"):
+                v = fm.get(name)
+                if isinstance(v, (int, float)) and v == v:
+                    final[f"final/{split}/gap/{family}/{name}"] = float(v)
         final[f"final/{split}/satisfied"] = float(bool(m["satisfied"]))
         for group, acc in (m.get("group_accuracy") or {}).items():
             if acc is not None:
@@ -353,8 +372,16 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
         f"  test accuracy        {test['accuracy']:.4f}",
         f"  test DP gap (hard)   {test['dp_gap']:.4f}",
-        f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})",
     ]
+    for family, fm in (test.get("constraints") or {}).items():
+        if family == "dp":
+            continue
+        for name, value in (fm.get("standard") or {}).items():
+            if isinstance(value, (int, float)):
+                lines.append(f"  test {name:<16}{value:.4f}")
+        if not fm.get("standard"):
+            lines.append(f"  test {family} max Gamma  {fm['max_hard']:.4f}")
+    lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
     if summary["eps_spent"] is not None:
         lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
     else:

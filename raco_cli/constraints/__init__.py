@@ -6,13 +6,28 @@ from raco_cli.constraints.rate import (
     RateTerm,
     clamp_denominators,
 )
-from raco_cli.constraints.registry import CONSTRAINTS, build
+from raco_cli.constraints.registry import (
+    COMBO,
+    CONSTRAINTS,
+    NAMES,
+    PartSpec,
+    build,
+    build_parts,
+    parse_parts,
+    part_spec,
+)
 
 __all__ = [
+    "COMBO",
     "CONSTRAINTS",
+    "NAMES",
     "ConstraintSet",
+    "PartSpec",
     "RateConstraint",
     "RateTerm",
     "build",
+    "build_parts",
     "clamp_denominators",
+    "parse_parts",
+    "part_spec",
 ]

@@ -46,7 +46,11 @@ class RateTerm:
 
 @dataclass(frozen=True)
 class RateConstraint:
-    """One constraint ``Gamma_j = sum_terms alpha * P_k(D_S) <= gamma`` (paper eq. 6)."""
+    """One constraint ``Gamma_j = sum_terms alpha * P_k(D_S) <= gamma`` (paper eq. 6).
+
+    ``gamma`` is an allowed gap (>= 0) for the built-in families; a ``custom`` constraint's
+    gamma is any right-hand side (``-P_1(S) <= -0.8`` bounds a rate from below).
+    """
 
     name: str
     terms: tuple[RateTerm, ...]
@@ -54,7 +58,7 @@ class RateConstraint:
     family: str = "custom"
 
     def __post_init__(self) -> None:
-        if not np.isfinite(self.gamma) or self.gamma < 0:
+        if not np.isfinite(self.gamma) or (self.gamma < 0 and self.family != "custom"):
             raise ConfigError(GAMMA_RANGE.format(value=self.gamma))
         if not self.terms:
             raise ConfigError(f"Rate constraint '{self.name}' has no terms.")
@@ -186,6 +190,15 @@ class ConstraintSet:
     @property
     def is_empty(self) -> bool:
         return self.J == 0
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The constraint families of the run, in order of first appearance."""
+        return tuple(dict.fromkeys(c.family for c in self.constraints))
+
+    def family_indices(self, family: str) -> list[int]:
+        """Indices j of the constraints of one family."""
+        return [j for j, c in enumerate(self.constraints) if c.family == family]
 
     # --- the maths -----------------------------------------------------------------------
 

@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 
-def plot_training_curves(history: Sequence[Any], *, gamma: float, path: Path, title: str) -> Path:
+def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: Path, title: str) -> Path:
     """Accuracy (val/test), hard train constraint and max lambda against the step.
 
     Args:
         history: evaluation records with ``step``, ``metrics[split][name]`` and ``lam``.
+        gamma: the common gamma of the constraints: the middle panel shows max_j Gamma_j
+            against it; ``None`` (gammas differ, e.g. a combination) shows the violation
+            max_j (Gamma_j - gamma_j) against 0.
     """
     import matplotlib
 
@@ -22,11 +25,12 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float, path: Path, ti
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     for split in ("train", "val", "test"):
         axes[0].plot(steps, [r.metrics[split]["accuracy"] for r in history], label=split)
-        axes[1].plot(steps, [r.metrics[split]["constraint_max_hard"] for r in history], label=split)
-    axes[1].axhline(gamma, color="k", ls="--", lw=1, label="gamma")
+        key = "constraint_max_hard" if gamma is not None else "violation_hard"
+        axes[1].plot(steps, [r.metrics[split][key] for r in history], label=split)
+    axes[1].axhline(gamma if gamma is not None else 0.0, color="k", ls="--", lw=1, label="gamma" if gamma is not None else "0")
     axes[2].plot(steps, [max(r.lam) if r.lam else 0.0 for r in history], color="C3")
     axes[0].set_ylabel("accuracy")
-    axes[1].set_ylabel("max hard constraint value")
+    axes[1].set_ylabel("max hard constraint value" if gamma is not None else "max hard violation")
     axes[2].set_ylabel("max lambda")
     for ax in axes:
         ax.set_xlabel("step")

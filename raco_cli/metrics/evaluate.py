@@ -16,6 +16,16 @@ import numpy as np
 
 from raco_cli.constraints.rate import ConstraintSet
 
+#: the standard (fairlearn-defined, binary) metric reported with each constraint family
+STANDARD_METRICS: dict[str, tuple[str, ...]] = {
+    "dp": ("dp_gap",),
+    "eo": ("eo_gap",),
+    "eop": ("eop_gap",),
+    "fnr": ("fnr",),
+    "fpr": ("fpr",),
+    "custom": (),
+}
+
 
 def softmax(z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise ``softmax(temperature * z)``, shape preserved.
@@ -88,7 +98,8 @@ def evaluate(
         ``constraint_max_hard`` / ``_soft`` (max_j Gamma_j), ``violation_hard`` / ``_soft``
         (max_j Gamma_j - gamma_j), ``satisfied`` (violation_hard <= 0), the fairness
         metrics of :func:`fairness_metrics`, ``group_accuracy`` and ``group_positive_rate``
-        (maps group name -> value), and ``n``.
+        (maps group name -> value), ``n``, and ``constraints``: per family (see
+        :func:`family_metrics`).
     """
     logits = np.asarray(logits, dtype=np.float64)
     y = np.asarray(y)
@@ -100,22 +111,54 @@ def evaluate(
     loss = float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
     out: dict[str, Any] = {"n": int(len(y)), "accuracy": float((pred == y).mean()), "loss": loss}
     cells = constraints.cells(y, group)
+    values = {}
     for kind, probs in (("hard", np.eye(K)[pred]), ("soft", softmax(logits, temperature))):
         if constraints.is_empty:
-            values = np.zeros(0)
+            values[kind] = np.zeros(0)
         else:
-            values = constraints.gamma_post(constraints.histogram(probs, cells), floor=None)
-        out[f"constraint_values_{kind}"] = [float(v) for v in values]
-        finite = np.isfinite(values)
-        out[f"constraint_max_{kind}"] = float(values[finite].max()) if finite.any() else 0.0
-        viol = values - constraints.gamma
-        out[f"violation_{kind}"] = float(viol[finite].max()) if finite.any() else 0.0
+            values[kind] = constraints.gamma_post(constraints.histogram(probs, cells), floor=None)
+        out[f"constraint_values_{kind}"] = [float(v) for v in values[kind]]
+        out[f"constraint_max_{kind}"] = _max(values[kind])
+        out[f"violation_{kind}"] = _max(values[kind] - constraints.gamma)
     out["satisfied"] = bool(out["violation_hard"] <= 0.0)
     out.update(fairness_metrics(y, pred, group, n_classes=K, n_groups=n_groups))
+    out["constraints"] = family_metrics(constraints, values["hard"], values["soft"], out)
     acc_g = _group_rate(pred == y, np.ones_like(y, dtype=bool), group, n_groups)
     pos_g = _group_rate(pred == (K - 1), np.ones_like(y, dtype=bool), group, n_groups)
     out["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g)}
     out["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g)}
+    return out
+
+
+def _max(values: np.ndarray) -> float:
+    """max over the finite entries (0 when there are none: no constraint, or empty subsets)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if len(finite) else 0.0
+
+
+def family_metrics(
+    constraints: ConstraintSet, hard: np.ndarray, soft: np.ndarray, standard: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Per constraint family: ``names``, ``gamma``, ``values_hard`` / ``values_soft`` (the
+    family's Gamma_j), ``max_hard`` / ``max_soft`` (max_j Gamma_j), ``max_violation_hard`` /
+    ``_soft`` (max_j Gamma_j - gamma_j), ``satisfied`` (hard), and ``standard``: the family's
+    standard metric(s) from :data:`STANDARD_METRICS` (binary tasks; null otherwise).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for family in constraints.families:
+        idx = constraints.family_indices(family)
+        gamma = constraints.gamma[idx]
+        entry: dict[str, Any] = {
+            "names": [constraints.names[j] for j in idx],
+            "gamma": [float(g) for g in gamma],
+        }
+        for kind, values in (("hard", hard[idx]), ("soft", soft[idx])):
+            entry[f"values_{kind}"] = [float(v) for v in values]
+            entry[f"max_{kind}"] = _max(values)
+            entry[f"max_violation_{kind}"] = _max(values - gamma)
+        entry["satisfied"] = bool(entry["max_violation_hard"] <= 0.0)
+        entry["standard"] = {name: standard.get(name) for name in STANDARD_METRICS.get(family, ())}
+        out[family] = entry
     return out
 
 

@@ -8,9 +8,13 @@ key                meaning
 schema_version     1
 method             method registry key (raco_dp, dp_sgd, sgd, sgda, ...)
 dataset            dataset registry key
-constraint         constraint registry key (``none`` for unconstrained runs)
+constraint         constraint registry key (``none`` for unconstrained runs; a combination is its
+                   families joined by ``+``, e.g. ``dp+fnr``)
 constraints        names of the J rate constraints
-gamma              allowed gap of each constraint
+gamma              ``constraint.gamma`` (for a combination: the gamma of parts without their own)
+constraint_gammas  (added in v1, optional) gamma_j of each of the J constraints
+constraint_families (added in v1, optional) family -> its settings ({gamma, positive_class, ...})
+partition_cells    (added in v1, optional) Q, cells of the derived global partition (histogram rows)
 eps_target         the requested epsilon (null for non-private methods)
 eps_spent          epsilon of the accounted DpEvent tree of the steps actually run (null: not private)
 delta              delta of the guarantee
@@ -28,7 +32,11 @@ metrics            ``metrics.<split>.<name>`` for split in train/val/test at the
                    accuracy, loss, constraint_values_hard/soft (J lists), constraint_max_hard/soft
                    (max_j Gamma_j), violation_hard/soft (max_j Gamma_j - gamma_j), satisfied,
                    dp_gap, eo_gap, eop_gap, fnr, fpr, group_accuracy, group_positive_rate (maps
-                   group -> value), n
+                   group -> value), n, and (added in v1, optional) ``constraints.<family>`` for
+                   each constraint family of the run: names, gamma, values_hard/values_soft
+                   (the family's Gamma_j), max_hard/max_soft, max_violation_hard/soft
+                   (max_j Gamma_j - gamma_j), satisfied, standard (the family's fairlearn-defined
+                   metric: dp -> dp_gap, eo -> eo_gap, eop -> eop_gap, fnr -> fnr, fpr -> fpr)
 last_metrics       the same at the last step
 lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)

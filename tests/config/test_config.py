@@ -37,6 +37,8 @@ def test_every_group_option_composes(composer, group):
         spec = build_run_spec(cfg)
         if group == "model":
             assert spec.model["name"] == option
+        elif group == "constraint" and option == "combo":
+            assert spec.constraint.name == "dp+fnr"  # the default parts of conf/constraint/combo.yaml
         elif group in ("dataset", "constraint", "method"):
             assert getattr(spec, group).name == option
 
@@ -67,7 +69,7 @@ def test_bad_values_exact_messages(composer, override, message):
     [
         (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic."),
         (["method=foo"], "Unknown method 'foo'. Available: dp_sgd, raco_dp, sgd, sgda."),
-        (["constraint=xx"], "Unknown constraint 'xx'. Available: dp, none."),
+        (["constraint=xx"], "Unknown constraint 'xx'. Available: combo, custom, dp, eo, eop, fnr, fpr, none."),
         (["--multirun", "eps=1,0"], "eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run."),
         (["--multirun", "seed=0,1", "constraint.gamma=0.1,-2"], "constraint.gamma must be >= 0 (got -2.0); gamma is the allowed gap of each rate constraint."),
     ],

@@ -1,0 +1,85 @@
+"""End to end: user-written YAML constraints and combinations from the CLI (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ENV = {"PYTHONWARNINGS": "ignore"}
+
+FOUR_FIFTHS = textwrap.dedent(
+    """\
+    # the positive rate of group1 is at least 0.8 of group0's (up to 0.02):
+    #   0.8 P_1(D[Z=group0]) - P_1(D[Z=group1]) <= 0.02
+    name: custom
+    gamma: 0.0
+    constraints:
+      - name: four_fifths
+        gamma: 0.02
+        terms:
+          - {alpha: 0.8, predicted: class1, group: group0}
+          - {alpha: -1.0, predicted: 1, group: group1}
+    """
+)
+
+
+def raco(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **ENV})  # fmt: skip
+
+
+def _user_conf(tmp_path, text=FOUR_FIFTHS):
+    conf = tmp_path / "myconf"
+    (conf / "constraint").mkdir(parents=True)
+    (conf / "constraint" / "four_fifths.yaml").write_text(text)
+    return conf
+
+
+def test_custom_yaml_constraint_trains_end_to_end(tmp_path):
+    conf = _user_conf(tmp_path)
+    run_dir = tmp_path / "run"
+    res = raco("train", "--config-dir", str(conf), "dataset=synthetic", "constraint=four_fifths", "method=sgda",
+               "method.steps=150", "method.eval_every=10", "method.lr_dual=2.0", "method.dual=hard", "tracking=none",
+               f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["constraint"] == "custom" and summary["constraints"] == ["four_fifths"]
+    assert summary["partition_cells"] == 2  # derived: by group
+    first, chosen = summary["metrics"], summary["metrics"]["train"]["constraints"]["custom"]
+    assert chosen["names"] == ["four_fifths"] and len(chosen["values_hard"]) == 1
+    assert summary["satisfied"] is True and chosen["max_violation_hard"] <= 0.0
+    rates = first["train"]["group_positive_rate"]  # the constraint, recomputed from the reported rates
+    assert 0.8 * rates["group0"] - rates["group1"] <= 0.02 + 1e-9
+    assert summary["lambda"][0] > 0  # the constraint binds during training: its multiplier is active
+    assert "test custom max Gamma" in res.stdout
+
+
+def test_custom_yaml_with_an_unknown_group_exits_2_before_mlflow(tmp_path):
+    conf = _user_conf(tmp_path, FOUR_FIFTHS.replace("group: group1", "group: women"))
+    db = tmp_path / "mlflow.db"
+    res = raco("train", "--config-dir", str(conf), "dataset=synthetic", "constraint=four_fifths",
+               f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        "error: Unknown group 'women' in constraint.constraints[0].terms[1].group. Available: group0, group1 (or indices 0..1)."
+    )
+    assert not db.exists()
+
+
+@pytest.mark.slow
+def test_combination_from_the_cli(tmp_path):
+    run_dir = tmp_path / "run"
+    res = raco("train", "dataset=synthetic", "constraint=dp+fnr", "constraint.gamma=0.1", "constraint.families.fnr.gamma=0.3",
+               "method=sgda", "method.steps=30", "tracking=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["constraint"] == "dp+fnr"
+    assert summary["constraint_gammas"] == [0.1] * 4 + [0.3] * 2
+    assert summary["partition_cells"] == 4
+    assert set(summary["metrics"]["test"]["constraints"]) == {"dp", "fnr"}
+    assert (run_dir / "curves.png").exists()
