@@ -108,6 +108,9 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         spec.constraint.name, n_classes=data.n_classes, n_groups=data.n_groups, gamma=spec.constraint.gamma
     )
     constrained = not cons.is_empty
+    validate = getattr(method, "validate", None)
+    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
+        validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=spec.model)
     n_train = len(data.splits["train"])
     pplan = plan(
