@@ -77,7 +77,7 @@ PRIVATE = True
 
 #: ``method.options`` of DP-FERMI and their defaults (conf/method/dp_fermi.yaml documents them).
 DEFAULTS: dict[str, Any] = {
-    "lam": 1.0,
+    "lam": 4.0,
     "clip_norm_w": 4.0,
     "noise_multiplier_w": 10.0,
     "w_radius": 5.0,
