@@ -170,3 +170,13 @@ def test_refusals():
         dp_fermi.validate(_spec(lam=-1.0), cons)
     with pytest.raises(ConfigError, match=r"group_proportions must be 'private' or a list"):
         dp_fermi.validate(_spec(group_proportions="census"), cons)
+
+
+def test_unknown_option_is_one_line():
+    cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
+    with pytest.raises(ConfigError) as exc:
+        dp_fermi.validate(_spec(gamma=0.05), cons)
+    assert str(exc.value) == (
+        "Unknown key method.options.gamma for method dp_fermi. Allowed: clip_norm_w, count_floor, "
+        "count_noise_multiplier, group_proportions, lam, noise_multiplier_w, w_radius."
+    )
