@@ -59,7 +59,7 @@ typecheck: $(STAMP) ## mypy
 data: $(STAMP) ## download + verify a dataset: make data DATASET=adult
 	$(RACO) data fetch $(DATASET)
 
-bench: $(STAMP) ## time per step of RaCO-DP vs DP-SGD on Adult, batch 512
+bench: $(STAMP) ## time per step on Adult, batch 512: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
 	$(BIN)/python -m raco_cli.bench $(ARGS)
 
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)

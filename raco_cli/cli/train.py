@@ -124,6 +124,9 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     )
     log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
     constrained = not cons.is_empty
+    validate = getattr(method, "validate", None)
+    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
+        validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=spec.model)
     n_train = len(data.splits["train"])
     pplan = plan(

@@ -12,6 +12,8 @@ METHODS: dict[str, str] = {
     "dp_sgd": "raco_cli.methods.dp_sgd",
     "sgd": "raco_cli.methods.sgd",
     "sgda": "raco_cli.methods.sgda",
+    "dp_fermi": "raco_cli.methods.dp_fermi",
+    "dpse": "raco_cli.methods.dpse",
 }
 
 

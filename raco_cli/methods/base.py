@@ -7,6 +7,11 @@ A method module exposes
 * optionally ``run_event(spec, sample_rate, steps, *, constrained) -> DpEvent`` when a run is
   not simply ``SelfComposed(step_event, steps)`` (e.g. a first stage before training);
   :func:`raco_cli.methods.planning.run_event` picks whichever the method defines,
+* optionally ``validate(spec, constraints, data) -> None``: raises a one-line
+  :class:`~raco_cli.errors.RacoError` (``UnsupportedError`` for a constraint the method does
+  not model, ``ConfigError`` for bad ``method.options``) *before* anything is run or recorded,
+* optionally ``FULL_BATCH = True``: every step uses all training rows (no Poisson sampling;
+  the sample rate is 1 and ``batch_size`` is ignored),
 * ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``.
 
 Methods never log to MLflow or print: they report through a :class:`Reporter`.
@@ -231,3 +236,25 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
         return len(history) - 1, False
     best = max(feasible, key=lambda i: (history[i].metrics["val"]["accuracy"], i))
     return best, True
+
+
+def read_options(spec: MethodSpec, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec.options`` merged over a method's defaults; unknown keys and non-numbers for
+    numeric defaults are rejected with one line naming the key.
+
+    >>> read_options(MethodSpec(name="m", options={"lam": 2}), {"lam": 1.0, "mode": "a"})
+    {'lam': 2.0, 'mode': 'a'}
+    """
+    out = dict(defaults)
+    for key, value in spec.options.items():
+        if key not in defaults:
+            raise ConfigError(
+                f"Unknown key method.options.{key} for method {spec.name}. Allowed: {', '.join(sorted(defaults))}."
+            )
+        default = defaults[key]
+        if isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise ConfigError(f"method.options.{key} must be a finite number (got method.options.{key}={value!r}).")
+            value = float(value)
+        out[key] = value
+    return out

@@ -60,7 +60,7 @@ class CoreFlags:
     hist_noise: bool
 
 
-class _Rows:
+class Rows:
     """Training rows on the device (tabular) or fetched per batch (lazy stores).
 
     For tabular data the features, one-hot labels and the norms ``sqrt(|x|^2 + 1)`` used by
@@ -178,6 +178,45 @@ def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, tempe
     return out
 
 
+class Checkpoints:
+    """Evaluations, checkpoint candidates and the selection rule, shared by every method.
+
+    ``record(step, lam)`` evaluates the model exactly on train/val/test, reports the
+    record and keeps only the states that can still be selected (the current best and the
+    last); ``finish()`` loads the selected state into the model and returns
+    ``(history, selected, state_dict)``.
+    """
+
+    def __init__(
+        self,
+        engine,
+        model: nn.Module,
+        data: TabularData,
+        constraints: ConstraintSet,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        reporter: Reporter,
+    ) -> None:
+        self.engine, self.model, self.data, self.constraints = engine, model, data, constraints
+        self.spec, self.device, self.reporter = spec, device, reporter
+        self.history: list[EvalRecord] = []
+        self.states: dict[int, dict] = {}
+
+    def record(self, step: int, lam: list[float]) -> EvalRecord:
+        metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
+        self.history.append(EvalRecord(step=step, metrics=metrics, lam=lam))
+        self.states[len(self.history) - 1] = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        _keep_candidates(self.states, self.history, self.spec)
+        self.reporter.on_eval(self.history[-1])
+        return self.history[-1]
+
+    def finish(self) -> tuple[list[EvalRecord], int, dict]:
+        selected, _ = select_checkpoint(self.history, self.spec.selection)
+        self.model.load_state_dict(self.states[selected])
+        return self.history, selected, self.states[selected]
+
+
 def run(
     data: TabularData,
     model: nn.Module,
@@ -200,7 +239,7 @@ def run(
     n = len(train_idx)
     q = min(1.0, spec.batch_size / n)
     expected_batch = q * n  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
-    rows = _Rows(data, train_idx, constraints.cells(data.y[train_idx], data.group[train_idx]), device)
+    rows = Rows(data, train_idx, constraints.cells(data.y[train_idx], data.group[train_idx]), device)
     ops = constraints.to_torch(device)
 
     initialize(model, seeds.init)
@@ -217,20 +256,14 @@ def run(
     noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
-    history: list[EvalRecord] = []
-    states: dict[int, dict] = {}
+    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
     zero = torch.zeros((), device=device)
     clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
     step_time = 0.0
     releases = {"laplace_histogram": 0, "gaussian_gradient": 0}
 
     def record(step: int) -> None:
-        metrics = evaluate_all(engine, data, constraints, temperature=spec.temperature, device=device)
-        lam_list = [float(v) for v in lam.cpu()]
-        history.append(EvalRecord(step=step, metrics=metrics, lam=lam_list))
-        states[len(history) - 1] = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        _keep_candidates(states, history, spec)
-        reporter.on_eval(history[-1])
+        checkpoints.record(step, [float(v) for v in lam.cpu()])
 
     record(0)
     for t in range(1, steps + 1):
@@ -278,15 +311,14 @@ def run(
         if t % spec.eval_every == 0 or t == steps:
             record(t)
 
-    selected, _ = select_checkpoint(history, spec.selection)
-    model.load_state_dict(states[selected])
+    history, selected, state = checkpoints.finish()
     T = max(steps, 1)
     return TrainResult(
         history=history,
         selected=selected,
         steps=steps,
         lam=[float(v) for v in lam.cpu()],
-        state_dict=states[selected],
+        state_dict=state,
         stats={
             "mean_batch_size": batch_sum / T,
             "clip_fraction": float(clipped) / max(batch_sum, 1),

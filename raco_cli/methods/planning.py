@@ -69,12 +69,13 @@ def plan(
         PrivacyBudgetError: the budget cannot be met with these settings.
         ConfigError: a private method lacks a noise multiplier or clip norm.
     """
-    if spec.batch_size > n_train:
+    full_batch = bool(getattr(method, "FULL_BATCH", False))
+    if spec.batch_size > n_train and not full_batch:
         raise ConfigError(
             f"method.batch_size must be <= the number of training rows (got batch_size={spec.batch_size}, "
             f"n_train={n_train}); it is the expected Poisson batch size."
         )
-    q = spec.batch_size / n_train
+    q = 1.0 if full_batch else spec.batch_size / n_train
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)
     if not method.PRIVATE:
         steps = spec.steps or spec.max_steps
@@ -93,10 +94,10 @@ def plan(
         if spec.calibrate_noise:
             base = spec
 
-            def scaled(s: float) -> dpa.DpEvent:
-                return method.step_event(_scale_noise(base, s), q, constrained=constrained)
+            def scaled(s: float) -> dpa.DpEvent:  # the whole run, so a first stage scales too
+                return run_event(method, _scale_noise(base, s), q, steps, constrained=constrained)
 
-            factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q)
+            factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q, whole_run=True)
             spec = _scale_noise(base, factor)
     event = run_event(method, spec, q, steps, constrained=constrained)
     eps_planned = accountant.epsilon(event, delta, discretization=discretization)
@@ -129,8 +130,15 @@ def _max_steps_of_run(method: ModuleType, spec: MethodSpec, q: float, budget: ac
 
 
 def _scale_noise(spec: MethodSpec, factor: float) -> MethodSpec:
+    """Every noise multiplier times ``factor``: the spec's and the method-specific
+    ``options.*noise_multiplier`` (e.g. DP-FERMI's W-gradient and count noise)."""
+    options = {
+        k: (v * factor if k.endswith("noise_multiplier") and isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+        for k, v in spec.options.items()
+    }
     return replace(
         spec,
         noise_multiplier=None if spec.noise_multiplier is None else spec.noise_multiplier * factor,
         hist_noise_multiplier=None if spec.hist_noise_multiplier is None else spec.hist_noise_multiplier * factor,
+        options=options,
     )

@@ -12,6 +12,10 @@ Gaussian releases on *one* Poisson sample, ``PoissonSampled(q, Composed[...])``:
 * one Laplace and Gaussians (RaCO-DP, ``shared`` sampling): the joint PLD of
   :func:`raco_cli.privacy.joint_pld.shared_laplace_gaussian_pld`.
 
+and one exact shortcut: a composition of plain (not subsampled) Gaussian
+releases, e.g. DPSE's full-batch run, is accounted as the single Gaussian it equals (the
+same identity), which avoids composing thousands of discretised PLDs.
+
 Everything else is delegated unchanged to the library.
 """
 
@@ -43,6 +47,13 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
             event.event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)
         ):
             return self._compose_shared(event, count, do_compose)
+        if isinstance(event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)):
+            leaves = _flatten(event)
+            if len(leaves) > 1 and all(type(e) is dpa.GaussianDpEvent and e.noise_multiplier > 0 for e, _ in leaves):
+                # plain (not subsampled) Gaussians compose exactly into one Gaussian: one PLD
+                # instead of many, and no discretisation error accumulated over the leaves
+                sigma = combined_gaussian_noise([e.noise_multiplier for e, n in leaves for _ in range(n)])
+                return super()._maybe_compose(dpa.GaussianDpEvent(sigma), count, do_compose)
         return super()._maybe_compose(event, count, do_compose)
 
     def _compose_shared(self, event: dpa.PoissonSampledDpEvent, count: int, do_compose: bool):  # noqa: ANN202
@@ -198,10 +209,12 @@ def calibrate_noise_scale(
     steps: int,
     sample_rate: float,
     rel_tol: float = 1e-3,
+    whole_run: bool = False,
 ) -> float:
     """Smallest factor s (to ``rel_tol``) such that ``SelfComposed(make_step(s), steps)`` meets the budget.
 
-    ``make_step(s)`` multiplies every noise multiplier of the step by s.  As in dp-accounting's
+    ``make_step(s)`` multiplies every noise multiplier of the step by s; with ``whole_run``
+    it returns the event of the whole run (not repeated ``steps`` times).  As in dp-accounting's
     ``calibrate_dp_mechanism`` (parameter -> event map, fresh accountant per trial, search),
     but the bracket grows geometrically from s = 1 (very small noise makes a PLD huge, so
     the search never starts there) and bisects in log space; the result is re-accounted
@@ -212,7 +225,8 @@ def calibrate_noise_scale(
     """
 
     def eps_of(s: float, discretization: float) -> float:
-        return epsilon(repeated_event(make_step(s), steps), budget.delta, discretization=discretization)
+        event = make_step(s) if whole_run else repeated_event(make_step(s), steps)
+        return epsilon(event, budget.delta, discretization=discretization)
 
     coarse = max(budget.discretization, 1e-3)
     lo, hi = 1.0, 1.0

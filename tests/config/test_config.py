@@ -68,7 +68,7 @@ def test_bad_values_exact_messages(composer, override, message):
     "args,message",
     [
         (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic."),
-        (["method=foo"], "Unknown method 'foo'. Available: dp_sgd, raco_dp, sgd, sgda."),
+        (["method=foo"], "Unknown method 'foo'. Available: dp_fermi, dp_sgd, dpse, raco_dp, sgd, sgda."),
         (["constraint=xx"], "Unknown constraint 'xx'. Available: combo, custom, dp, eo, eop, fnr, fpr, none."),
         (["--multirun", "eps=1,0"], "eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run."),
         (["--multirun", "seed=0,1", "constraint.gamma=0.1,-2"], "constraint.gamma must be >= 0 (got -2.0); gamma is the allowed gap of each rate constraint."),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import dp_accounting as dpa
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
@@ -113,3 +115,16 @@ def test_eps_grows_with_steps_and_falls_with_noise(q, sigma, T):
 
     assert e(T + 10, sigma) >= e(T, sigma) - 1e-9
     assert e(T, sigma * 1.3) <= e(T, sigma) + 1e-9
+
+
+def test_plain_gaussian_composition_is_one_gaussian():
+    """Full-batch Gaussians (DPSE) compose into one Gaussian: rho adds, mu-GDP adds in squares."""
+    sig = [3.0, 5.0, 7.0]
+    tree = dpa.ComposedDpEvent([dpa.GaussianDpEvent(s) for s in sig] + [dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(40.0), 100)])
+    combined = 1.0 / math.sqrt(sum(s**-2 for s in sig) + 100 / 40.0**2)
+    assert accountant.epsilon(tree, 1e-5) == pytest.approx(accountant.epsilon(dpa.GaussianDpEvent(combined), 1e-5), rel=1e-9)
+    # and the library, composing the leaves one by one, agrees up to its discretisation
+    lib = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    lib.compose(tree)
+    assert accountant.epsilon(tree, 1e-5) == pytest.approx(lib.get_epsilon(1e-5), rel=5e-3)
+    assert accountant.epsilon(tree, 1e-5) <= lib.get_epsilon(1e-5) + 1e-9

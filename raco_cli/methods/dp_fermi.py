@@ -1,0 +1,326 @@
+"""DP-FERMI (Lowy, Gupta, Razaviyayn, ICLR 2023): private SGDA on the FERMI min-max objective.
+
+Objective (their eq. 2, FERMI's ERMI estimator with the *full* class-probability vector)::
+
+    min_theta max_{W in R^{k x l}, |W|_F <= D}  (1/n) sum_i [ CE_i(theta) + lam * psi_i(theta, W) ]
+
+    psi_i = sum_j F_ij * (2 W[g_i, j] / sqrt(p_{g_i}) - |W[:, j]|^2) - 1
+
+with ``F_i = softmax(h(x_i))`` (l classes; binary tasks use both columns [1-p, p]), ``g_i`` the
+group of row i and ``p_r`` the group proportions.  ``max_W`` of the mean of psi is the ERMI
+of the soft predictions, a chi^2 measure of dependence between prediction and group (zero iff
+demographic parity holds for the soft predictions).  W is groups x classes: the released
+code's l x l (1 x 1 for binary) W with a trace over a non-square matrix keeps only one
+(class, group) cell and is *not* reproduced here (see ``/work/notes/dp_fermi.md`` section 4).
+
+One step (their Algorithm 1, with record-level add/remove DP instead of their
+sensitive-attribute DP):
+
+1. Poisson sample B at rate q (never fixed-size shuffled batches).
+2. theta: per-sample gradients of ``CE_i + lam * psi_i`` clipped to ``C_theta``
+   (``method.clip_norm``), summed, + N(0, (sigma_theta C_theta)^2)
+   (``method.noise_multiplier``), divided by q|D|, one optimizer step.
+3. W: per-sample gradients of psi_i (closed form below) clipped to ``C_W``
+   (``options.clip_norm_w``), summed, + N(0, (sigma_W C_W)^2) (``options.noise_multiplier_w``),
+   divided by q|D|; ascent with step ``method.lr_dual`` and projection onto the Frobenius ball
+   of radius D (``options.w_radius``).  The ascent is on psi (not lam * psi): for lam > 0 the
+   maximiser is the same, and the step size does not have to be re-tuned with lam.
+
+Both gradients are computed from the same batch, so one step is
+``PoissonSampled(q, Composed[Gaussian(sigma_theta), Gaussian(sigma_W)])``; the accountant treats
+this exactly as one subsampled Gaussian with ``sigma = (sigma_theta^-2 + sigma_W^-2)^-1/2``
+(accounting the two as separately sampled would understate epsilon).
+
+Group proportions p_r are a function of the private data.  By default
+(``options.group_proportions: private``) they are released once, before training, as a
+Gaussian noisy count histogram (l2 sensitivity 1 under add/remove: one record changes one
+count by 1; noise multiplier ``options.count_noise_multiplier``), clamped to
+``options.count_floor`` and normalised; that release is in the event tree::
+
+    Composed[Gaussian(sigma_count), SelfComposed(PoissonSampled(q, Composed[G(sigma_theta), G(sigma_W)]), T)]
+
+A list of numbers declares the proportions public (e.g. census figures); nothing is released.
+With ``lam = 0`` the method releases neither W nor counts: it is DP-SGD.
+
+Closed forms for the W gradient (no per-sample tensor of W is materialised)::
+
+    d psi_i / d W[r, j] = 2 F_ij (1{r = g_i} / sqrt(p_r) - W[r, j])
+    |grad_W psi_i|      = 2 sqrt( sum_j F_ij^2 |W[:, j] - e_{g_i} / sqrt(p_{g_i})|^2 )
+
+and the theta gradient of ``lam * psi_i`` through the logits is
+``lam * F_i * (a_i - <F_i, a_i>)`` with ``a_i = A[g_i]``, ``A[r, j] = 2 W[r, j] / sqrt(p_r) -
+|W[:, j]|^2``: the regularizer form of :mod:`raco_cli.methods.gradients` (cell weights c = A,
+scale lam, temperature 1), so the closed-form linear engine serves it unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import dp_accounting as dpa
+import numpy as np
+import torch
+
+from raco_cli.constraints.rate import ConstraintSet
+from raco_cli.data.types import TabularData
+from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
+from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
+from raco_cli.privacy import events
+from raco_cli.privacy.mechanisms import gaussian_noise, poisson_sample
+
+NAME = "dp_fermi"
+PRIVATE = True
+
+#: ``method.options`` of DP-FERMI and their defaults (conf/method/dp_fermi.yaml documents them).
+DEFAULTS: dict[str, Any] = {
+    "lam": 4.0,
+    "clip_norm_w": 4.0,
+    "noise_multiplier_w": 10.0,
+    "w_radius": 5.0,
+    "group_proportions": "private",
+    "count_noise_multiplier": 100.0,
+    "count_floor": 1.0,
+}
+SUPPORTED_FAMILIES = ("dp",)
+
+
+def options(spec: MethodSpec) -> dict[str, Any]:
+    """Validated options (defaults filled in).
+
+    Raises:
+        ConfigError: unknown key, non-number, negative lam, non-positive norms or noise.
+    """
+    o = read_options(spec, DEFAULTS)
+    if o["lam"] < 0:
+        raise ConfigError(f"method.options.lam must be >= 0 (got method.options.lam={o['lam']}); it is the weight of the ERMI penalty.")
+    for key in ("clip_norm_w", "noise_multiplier_w", "w_radius", "count_noise_multiplier", "count_floor"):
+        if o[key] <= 0:
+            raise ConfigError(f"method.options.{key} must be > 0 (got method.options.{key}={o[key]}).")
+    gp = o["group_proportions"]
+    if isinstance(gp, str):
+        if gp != "private":
+            raise ConfigError(
+                f"method.options.group_proportions must be 'private' or a list of public proportions (got {gp!r})."
+            )
+    else:
+        values = list(gp) if isinstance(gp, (list, tuple)) else None
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in values):
+            raise ConfigError(
+                f"method.options.group_proportions must be 'private' or a list of positive numbers (got {gp!r})."
+            )
+        o["group_proportions"] = [float(v) for v in values]
+    return o
+
+
+def validate(spec: MethodSpec, constraints: ConstraintSet, data: TabularData | None = None) -> None:
+    """DP-FERMI's penalty is the ERMI of (prediction, group): demographic parity only.
+
+    Raises:
+        UnsupportedError: a rate constraint of another family (its knob is options.lam).
+        ConfigError: bad options (or public proportions of the wrong length).
+    """
+    o = options(spec)
+    families = sorted({c.family for c in constraints.constraints} - set(SUPPORTED_FAMILIES))
+    if families:
+        raise UnsupportedError(
+            f"method=dp_fermi does not model the rate constraint family '{families[0]}' (its ERMI penalty targets "
+            "demographic parity; the fairness knob is method.options.lam). Use constraint=dp or constraint=none."
+        )
+    if data is not None and not isinstance(o["group_proportions"], str) and len(o["group_proportions"]) != data.n_groups:
+        raise ConfigError(
+            f"method.options.group_proportions has {len(o['group_proportions'])} entries; the data has "
+            f"{data.n_groups} groups ({', '.join(data.group_names)})."
+        )
+
+
+def _releases_w(o: Mapping[str, Any]) -> bool:
+    return o["lam"] > 0
+
+
+def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True) -> dpa.DpEvent:
+    """One step: both gradient sums on one Poisson sample (or only theta's when lam = 0)."""
+    o = options(spec)
+    if not _releases_w(o):
+        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+    return dpa.PoissonSampledDpEvent(
+        sample_rate,
+        dpa.ComposedDpEvent([dpa.GaussianDpEvent(spec.noise_multiplier), dpa.GaussianDpEvent(o["noise_multiplier_w"])]),
+    )
+
+
+def run_event(spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool = True) -> dpa.DpEvent:
+    """The whole run: the noisy group counts (private proportions, lam > 0) then T steps."""
+    o = options(spec)
+    train = events.repeated(step_event(spec, sample_rate), steps)
+    if _releases_w(o) and o["group_proportions"] == "private":
+        return dpa.ComposedDpEvent([dpa.GaussianDpEvent(o["count_noise_multiplier"]), train])
+    return train
+
+
+def group_proportions(
+    groups: np.ndarray, n_groups: int, o: Mapping[str, Any], generator: torch.Generator
+) -> tuple[np.ndarray, int]:
+    """Group proportions p_r and the number of releases it took (0 or 1).
+
+    ``private``: counts + N(0, sigma_count^2) (l2 sensitivity 1), clamped to ``count_floor``,
+    normalised.  A list: the user's public proportions, normalised.
+    """
+    if isinstance(o["group_proportions"], str):
+        counts = torch.as_tensor(np.bincount(groups, minlength=n_groups), dtype=torch.float64)
+        noisy = counts + gaussian_noise((n_groups,), o["count_noise_multiplier"], generator, dtype=torch.float64).cpu()
+        noisy = noisy.clamp(min=o["count_floor"]).numpy()
+        return noisy / noisy.sum(), 1
+    p = np.asarray(o["group_proportions"], dtype=np.float64)
+    return p / p.sum(), 0
+
+
+@torch.no_grad()
+def w_gradient_sum(
+    F: torch.Tensor, g: torch.Tensor, W: torch.Tensor, s: torch.Tensor, clip_norm: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped sum of the per-sample W gradients of psi (closed form, module docstring).
+
+    Args:
+        F: (b, l) class probabilities of the batch rows.
+        g: (b,) group index of each row.
+        W: (k, l) current W.
+        s: (k,) ``1 / sqrt(p_r)``.
+        clip_norm: C_W.
+
+    Returns:
+        ``(sum_i clip(grad_W psi_i), number of clipped rows)``.
+    """
+    k = W.shape[0]
+    col = (W * W).sum(dim=0)  # |W[:, j]|^2
+    dist = col[None, :] - 2.0 * W * s[:, None] + (s * s)[:, None]  # |W[:, j] - e_r s_r|^2, (k, l)
+    norms = 2.0 * torch.sqrt((F * F * dist.index_select(0, g)).sum(dim=1).clamp(min=0.0))
+    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
+    fF = F * f[:, None]
+    by_group = torch.zeros(k, F.shape[1], dtype=F.dtype, device=F.device).index_add_(0, g, fF)
+    G = 2.0 * (s[:, None] * by_group - W * fF.sum(dim=0)[None, :])
+    return G, (norms > clip_norm).sum()
+
+
+def psi_cell_weights(W: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``A[r, j] = 2 W[r, j] / sqrt(p_r) - |W[:, j]|^2``: psi_i = <F_i, A[g_i]> - 1."""
+    return 2.0 * W * s[:, None] - (W * W).sum(dim=0)[None, :]
+
+
+def project_ball(W: torch.Tensor, radius: float) -> torch.Tensor:
+    """Euclidean projection onto the Frobenius ball of the given radius.
+
+    >>> project_ball(torch.tensor([[3.0, 4.0]]), 1.0).tolist()
+    [[0.6000000238418579, 0.800000011920929]]
+    """
+    norm = float(W.norm())
+    return W * (radius / norm) if norm > radius else W
+
+
+def fit(
+    data: TabularData,
+    model: torch.nn.Module,
+    constraints: ConstraintSet,
+    spec: MethodSpec,
+    *,
+    steps: int,
+    seeds: Seeds,
+    device: torch.device,
+    reporter: Reporter,
+) -> TrainResult:
+    validate(spec, constraints, data)
+    o = options(spec)
+    if spec.clip_norm is None or spec.noise_multiplier is None:
+        raise ValueError("dp_fermi needs clip_norm and noise_multiplier")
+    lam, with_w = o["lam"], _releases_w(o)
+    train_idx = np.asarray(data.splits["train"])
+    n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
+    q = min(1.0, spec.batch_size / n)
+    expected_batch = q * n
+    groups = data.group[train_idx]
+    rows = core.Rows(data, train_idx, groups, device)
+
+    core.initialize(model, seeds.init)
+    model.to(device)
+    engine = engine_for(model, micro_batch=spec.micro_batch)
+    labels = not isinstance(engine, LinearEngine)
+    optimizer = core.make_optimizer(engine.params, spec)
+    g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
+    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    releases = {"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0}
+
+    p_hat, n_count = group_proportions(groups, k, o, g_noise) if with_w else (np.full(k, 1.0 / k), 0)
+    releases["gaussian_count"] += n_count
+    s = torch.as_tensor(1.0 / np.sqrt(p_hat), dtype=torch.float32, device=device)
+    W = torch.zeros(k, n_cls, dtype=torch.float32, device=device)
+    std_theta = spec.noise_multiplier * spec.clip_norm
+    std_w = o["noise_multiplier_w"] * o["clip_norm_w"]
+
+    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
+    zero = torch.zeros((), device=device)
+    clipped, clipped_w, norm_sum, nonfinite, batch_sum, step_time = zero.long(), zero.long(), zero, zero.long(), 0, 0.0
+
+    def record(step: int) -> None:
+        checkpoints.record(step, [float(v) for v in W.flatten().cpu()])
+
+    record(0)
+    for t in range(1, steps + 1):
+        t0 = time.perf_counter()
+        batch = poisson_sample(n, q, g_sample, device)[0]
+        G_w = torch.zeros_like(W)
+        if len(batch):
+            b = rows.batch(batch, labels=labels)
+            g_rows = rows.cells.index_select(0, batch)
+            with torch.no_grad():
+                z = engine.logits(b["X"])
+            c = psi_cell_weights(W, s).index_select(0, g_rows) if with_w else None
+            res = engine.clipped_sum(
+                **b, c=c, reg_scale=lam, temperature=1.0, clip_norm=spec.clip_norm, logits=z if not labels else None
+            )
+            grads = res.grads
+            clipped, norm_sum, nonfinite = clipped + res.clipped, norm_sum + res.norm_sum, nonfinite + res.nonfinite
+            if with_w:
+                F = row_softmax(z.float())
+                G_w, nc = w_gradient_sum(F, g_rows, W, s, o["clip_norm_w"])
+                clipped_w = clipped_w + nc
+        else:  # an empty Poisson batch: both noisy sums are pure noise
+            grads = [torch.zeros_like(p) for p in engine.params]
+        releases["gaussian_gradient"] += 1
+        grads = [gr + gaussian_noise(tuple(gr.shape), std_theta, g_noise, dtype=gr.dtype) for gr in grads]
+        if with_w:
+            releases["gaussian_gradient_w"] += 1
+            G_w = G_w + gaussian_noise(tuple(W.shape), std_w, g_noise, dtype=W.dtype)
+        # simultaneous update: theta descends and W ascends on gradients taken at (theta_t, W_t)
+        optimizer.step(grads, scale=1.0 / expected_batch)
+        if with_w:
+            W = project_ball(W + (spec.lr_dual / expected_batch) * G_w, o["w_radius"])
+        step_time += time.perf_counter() - t0
+        batch_sum += len(batch)
+        reporter.on_step(t, steps, {"batch": float(len(batch))})
+        if t % spec.eval_every == 0 or t == steps:
+            record(t)
+
+    history, selected, state = checkpoints.finish()
+    T = max(steps, 1)
+    return TrainResult(
+        history=history,
+        selected=selected,
+        steps=steps,
+        lam=[float(v) for v in W.flatten().cpu()],
+        state_dict=state,
+        stats={
+            "mean_batch_size": batch_sum / T,
+            "clip_fraction": float(clipped) / max(batch_sum, 1),
+            "clip_fraction_w": float(clipped_w) / max(batch_sum, 1),
+            "mean_grad_norm": float(norm_sum) / max(batch_sum, 1),
+            "nonfinite_rows": float(nonfinite),
+            "time_per_step_ms": 1000.0 * step_time / T,
+            "sample_rate": q,
+            "fermi_lambda": lam,
+            **{f"group_proportion_{name}": float(v) for name, v in zip(data.group_names, p_hat)},
+        },
+        releases=releases,
+    )

@@ -1,0 +1,351 @@
+"""DPSE: group-aware privacy-budget tailoring (``papers/dpse-privacy-budget-tailoring.txt``),
+extended from linear to logistic regression / classifiers, accounted under record-level
+add/remove DP with parallel composition over the (disjoint) groups.
+
+Stage 1 (paper Alg. 1; a share ``tau`` = ``options.se_share`` of the zCDP budget rho):
+
+* noisy group counts ``n~_k`` (Gaussian, l2 sensitivity 1, ``options.count_noise_multiplier``):
+  the paper treats the n_k as public; under add/remove they are not, so every later use of a
+  group size (normalising sums, the weights n_k/n) reads these noisy counts instead;
+* a private *precursor*: linear-probability OLS on one-hot labels by Analyze-Gauss (Lemma C.1):
+  rows ``x~ = [x, 1]`` are clipped to ``|x~| <= U`` (``options.row_bound``; the paper's "U bounds
+  the values" is private only as a norm bound), ``X^T X + N`` (symmetric noise, sensitivity U^2)
+  and ``X^T Y + N`` (sensitivity U), each with rho = tau/4; ``beta = (X^T X + r I)^-1 X^T Y`` with a
+  public ridge r (post-processing) large enough for the noise (``options.precursor_ridge``,
+  default 3 * noise std * sqrt(d));
+* per group k a private "standard error": the Brier residual ``r_i = min(|e_{y_i} - clip(p_i)|^2 / 2, 1)``
+  of the precursor (the classification analogue of the squared OLS residual, bounded so the
+  sensitivity is exactly 1), ``S_k = sum_{i in k} r_i + N(0, nm_S^2)`` with rho = tau/2,
+  ``s_k = sqrt(S_k / n~_k)``; any ``S_k <= 0`` falls back to uniform weights (paper l. 19).
+
+Stage 2 (paper Alg. 2, full-batch DP gradient descent with budget mu = (1 - tau) rho): per step
+and group k, with budget weight ``w_k``:
+
+* ``M1_k = sum_{i in k} clip_C(grad CE_i) + N(0, (nm_k C)^2)`` and
+  ``M2_k = sum_{i in k} clip(CE_i, 0, B) + N(0, (nm_k B)^2)`` (``method.clip_norm`` C,
+  ``options.loss_bound`` B), ``nm_k = sqrt(T / (w_k mu))`` (rho ``w_k mu / (2T)`` each);
+* bounded-group-loss objective h = f(L) + G max(0, g(L)) with L_k the group mean losses,
+  ``f = sum_k (n_k/n) L_k`` (the pooled mean) and ``g = max_k (L_k - eta)``; its gradient
+  ``sum_k (n_k/n) grad L_k + G 1[g >= 0] grad L_{k*}`` (paper eq. 1-2, Alg. 2 l. 17) from the
+  noisy ``M1_k / n~_k``, ``M2_k / n~_k``; ``theta <- Pi(theta - lr_t grad)``, ``lr_t = lr / sqrt(t)``,
+  Pi the box ``[-R, R]^P`` (``options.param_bound``).
+
+Budget weights: the paper gives group k the share ``s_k^2 / sum_j s_j^2`` and accounts the groups
+sequentially.  The groups are disjoint, so a record is in exactly one group's releases and the
+guarantee is the *worst case over groups* (parallel composition).  Because w_k is itself a DP
+output, the plan must hold for every value it can take; with the paper's normalisation the
+only data-independent bound is w_k <= 1, which wastes budget.  We therefore normalise
+``w_k = s_k^2 / max_j s_j^2`` (``options.allocation: max``): still proportional to s_k^2, and
+the worst-case group (w = 1) spends exactly mu.  A Gaussian with more noise is a
+post-processing of one with less, so the w = 1 event dominates every group's releases
+(adaptive composition of dominating pairs).  ``allocation: uniform`` (w_k = 1, no stage 1
+except the counts) is the DPNoSE reference.  The worst-case record's run is::
+
+    Composed[Gaussian(nm_count), Gaussian(nm_pre), Gaussian(nm_pre), Gaussian(nm_S),
+             SelfComposed(Composed[Gaussian(nm_2), Gaussian(nm_2)], T)]
+
+``method.noise_multiplier`` is sigma_run: the tau + mu part is equivalent to one Gaussian with
+this noise multiplier (rho = 1 / (2 sigma_run^2): zCDP adds over Gaussians, so the paper's
+tau/mu split is a split of rho); with ``calibrate_noise: true`` the plan scales it (and the
+count noise) so the PLD accountant's epsilon of the tree above meets the target -- no zCDP to
+(eps, delta) conversion is needed, the PLD of Gaussians is exact.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import dp_accounting as dpa
+import numpy as np
+import torch
+from torch import nn
+
+from raco_cli.constraints.rate import ConstraintSet
+from raco_cli.data.types import TabularData
+from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
+from raco_cli.methods.gradients import LinearEngine, engine_for
+from raco_cli.privacy.mechanisms import gaussian_noise
+
+NAME = "dpse"
+PRIVATE = True
+FULL_BATCH = True
+
+DEFAULTS: dict[str, Any] = {
+    "se_share": 0.2,
+    "allocation": "max",
+    "bgl_penalty": 1.0,
+    "bgl_eta": 0.0,
+    "loss_bound": 0.0,
+    "row_bound": 4.0,
+    "precursor_ridge": 0.0,
+    "count_noise_multiplier": 100.0,
+    "param_bound": 5.0,
+    "lr_decay": "sqrt",
+}
+
+
+def options(spec: MethodSpec) -> dict[str, Any]:
+    """Validated options with defaults (``loss_bound`` / ``precursor_ridge`` 0 = automatic)."""
+    o = read_options(spec, DEFAULTS)
+    if not 0 < o["se_share"] < 1:
+        raise ConfigError(f"method.options.se_share must be in (0, 1) (got {o['se_share']}); it is the share tau of the budget spent on stage 1.")
+    if o["allocation"] not in ("max", "uniform"):
+        raise ConfigError(f"method.options.allocation must be one of max, uniform (got {o['allocation']!r}).")
+    if o["lr_decay"] not in ("sqrt", "none"):
+        raise ConfigError(f"method.options.lr_decay must be one of sqrt, none (got {o['lr_decay']!r}).")
+    for key in ("bgl_penalty", "loss_bound", "precursor_ridge"):
+        if o[key] < 0:
+            raise ConfigError(f"method.options.{key} must be >= 0 (got method.options.{key}={o[key]}).")
+    for key in ("row_bound", "count_noise_multiplier", "param_bound"):
+        if o[key] <= 0:
+            raise ConfigError(f"method.options.{key} must be > 0 (got method.options.{key}={o[key]}).")
+    return o
+
+
+def validate(spec: MethodSpec, constraints: ConstraintSet, data: TabularData | None = None) -> None:
+    """DPSE optimises its own bounded-group-loss objective: no rate constraint.
+
+    Raises:
+        UnsupportedError: a rate constraint is requested.
+        ConfigError: bad options, or no fixed number of steps.
+    """
+    options(spec)
+    if not constraints.is_empty:
+        family = constraints.constraints[0].family
+        raise UnsupportedError(
+            f"method=dpse does not model the rate constraint '{family}' (its fairness notion is bounded group loss, "
+            "set by method.options.bgl_penalty and bgl_eta). Use constraint=none."
+        )
+    if spec.steps is None:
+        raise ConfigError(
+            "method.steps must be set for dpse (got null): it is full-batch, so the budget fixes the noise "
+            "(method.calibrate_noise=true), not the number of steps."
+        )
+
+
+def budget_split(spec: MethodSpec) -> tuple[float, float]:
+    """``(tau, mu)`` in zCDP units: ``rho = 1 / (2 sigma_run^2)``, tau = se_share * rho.
+
+    With ``allocation: uniform`` there is no stage 1 (tau = 0, mu = rho).
+    """
+    o = options(spec)
+    rho = 1.0 / (2.0 * spec.noise_multiplier**2)
+    if o["allocation"] == "uniform":
+        return 0.0, rho
+    return o["se_share"] * rho, (1.0 - o["se_share"]) * rho
+
+
+def _nm(rho: float) -> float:
+    """Noise multiplier of a Gaussian release that is rho-zCDP: 1 / sqrt(2 rho)."""
+    return 1.0 / math.sqrt(2.0 * rho)
+
+
+def noise_multipliers(spec: MethodSpec, steps: int) -> dict[str, float]:
+    """Noise multipliers of every release, for the worst-case group (w = 1)."""
+    o = options(spec)
+    tau, mu = budget_split(spec)
+    out = {"count": o["count_noise_multiplier"], "stage2": _nm(mu / (2.0 * steps))}
+    if tau > 0:
+        out.update(precursor=_nm(tau / 4.0), se=_nm(tau / 2.0))
+    return out
+
+
+def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = False) -> dpa.DpEvent:
+    """One stage-2 step for a record of the worst-case group: its group's gradient and loss sums."""
+    g = dpa.GaussianDpEvent(noise_multipliers(spec, spec.steps or 1)["stage2"])
+    return dpa.ComposedDpEvent([g, g])
+
+
+def run_event(spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool = False) -> dpa.DpEvent:
+    """The releases a record of the worst-case group takes part in (module docstring)."""
+    nm = noise_multipliers(spec, steps)
+    stage1 = [dpa.GaussianDpEvent(nm["count"])]
+    if "precursor" in nm:
+        stage1 += [dpa.GaussianDpEvent(nm["precursor"])] * 2 + [dpa.GaussianDpEvent(nm["se"])]
+    g = dpa.GaussianDpEvent(nm["stage2"])
+    return dpa.ComposedDpEvent([*stage1, dpa.SelfComposedDpEvent(dpa.ComposedDpEvent([g, g]), int(steps))])
+
+
+def _sym_noise(d: int, std: float, generator: torch.Generator) -> torch.Tensor:
+    """Symmetric Gaussian noise: i.i.d. upper triangle (with diagonal), mirrored (Analyze-Gauss)."""
+    z = gaussian_noise((d, d), std, generator, dtype=torch.float64)
+    upper = torch.triu(z)
+    return upper + torch.triu(z, diagonal=1).t()
+
+
+@torch.no_grad()
+def precursor_weights(
+    X: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, counts: torch.Tensor, n_classes: int,
+    *, o: dict[str, Any], nm: dict[str, float], generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Stage 1 after the counts: private precursor, per-group s_k, budget weights w_k.
+
+    Returns:
+        ``(w, s, info)``: w (k,) in (0, 1] with max 1; s (k,) the private standard errors.
+    """
+    k = len(counts)
+    Xt = torch.cat([X.double(), torch.ones(len(X), 1, dtype=torch.float64, device=X.device)], dim=1)
+    U = o["row_bound"]
+    Xt = Xt * torch.clamp(U / (Xt.norm(dim=1, keepdim=True) + 1e-12), max=1.0)
+    Y = nn.functional.one_hot(y, n_classes).double()
+    d = Xt.shape[1]
+    std_xx, std_xy = nm["precursor"] * U * U, nm["precursor"] * U
+    XX = Xt.t() @ Xt + _sym_noise(d, std_xx, generator).to(X.device)
+    XY = Xt.t() @ Y + gaussian_noise((d, n_classes), std_xy, generator, dtype=torch.float64).to(X.device)
+    ridge = o["precursor_ridge"] or 3.0 * std_xx * math.sqrt(d)
+    info = {"precursor_ridge": float(ridge)}
+    try:
+        beta = torch.linalg.solve(XX + ridge * torch.eye(d, dtype=torch.float64, device=X.device), XY)
+    except RuntimeError:  # singular even with the ridge: uniform weights (post-processing)
+        beta = None
+    p = (Xt @ beta).clamp(0.0, 1.0) if beta is not None else torch.full_like(Y, 1.0 / n_classes)
+    r = (((Y - p) ** 2).sum(dim=1) / 2.0).clamp(max=1.0)  # Brier residual, sensitivity 1
+    S = torch.zeros(k, dtype=torch.float64, device=X.device).index_add_(0, groups, r)
+    S = S + gaussian_noise((k,), nm["se"], generator, dtype=torch.float64).to(X.device)
+    info.update({f"se_sum_{j}": float(v) for j, v in enumerate(S.cpu())})
+    if beta is None or bool((S <= 0).any()):
+        ones = torch.ones(k, dtype=torch.float64, device=X.device)
+        return ones, ones / math.sqrt(k), {**info, "se_fallback": 1.0}
+    s = torch.sqrt(S / counts)
+    w = s**2 / (s**2).max()
+    return w, s, {**info, "se_fallback": 0.0}
+
+
+def fit(
+    data: TabularData,
+    model: torch.nn.Module,
+    constraints: ConstraintSet,
+    spec: MethodSpec,
+    *,
+    steps: int,
+    seeds: Seeds,
+    device: torch.device,
+    reporter: Reporter,
+) -> TrainResult:
+    validate(spec, constraints, data)
+    if spec.clip_norm is None or spec.noise_multiplier is None:
+        raise ValueError("dpse needs clip_norm and noise_multiplier")
+    o = options(spec)
+    nm = noise_multipliers(spec, steps)
+    tau, mu = budget_split(spec)
+    train_idx = np.asarray(data.splits["train"])
+    n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
+    groups_np = data.group[train_idx]
+    rows = core.Rows(data, train_idx, groups_np, device)
+    members = [torch.as_tensor(np.flatnonzero(groups_np == j), device=device) for j in range(k)]
+
+    core.initialize(model, seeds.init)
+    model.to(device)
+    engine = engine_for(model, micro_batch=spec.micro_batch)
+    labels = not isinstance(engine, LinearEngine)
+    optimizer = core.make_optimizer(engine.params, spec)
+    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    per_group = [dict.fromkeys(("gaussian_count", "gaussian_precursor", "gaussian_group_se", "gaussian_gradient", "gaussian_group_loss"), 0) for _ in range(k)]
+
+    def released(kind: str, groups: range | list[int]) -> None:
+        for j in groups:
+            per_group[j][kind] += 1
+
+    t0 = time.perf_counter()
+    # stage 1: noisy counts (one per group: parallel), precursor (all rows), per-group SE
+    counts = torch.as_tensor(np.bincount(groups_np, minlength=k), dtype=torch.float64, device=device)
+    counts = (counts + gaussian_noise((k,), nm["count"], g_noise, dtype=torch.float64).to(device)).clamp(min=1.0)
+    released("gaussian_count", range(k))
+    info: dict[str, float] = {}
+    if o["allocation"] == "max":
+        X_all = rows.features(torch.arange(n, device=device)).flatten(1)
+        w, s, info = precursor_weights(
+            X_all, rows.y, rows.cells, counts, n_cls, o=o, nm=nm, generator=g_noise
+        )
+        released("gaussian_precursor", range(k))
+        released("gaussian_precursor", range(k))
+        released("gaussian_group_se", range(k))
+    else:
+        w = torch.ones(k, dtype=torch.float64, device=device)
+        s = torch.full((k,), 1.0 / math.sqrt(k), dtype=torch.float64, device=device)
+    stage1_ms = 1000.0 * (time.perf_counter() - t0)
+    nm_k = [nm["stage2"] / math.sqrt(float(wj)) for wj in w.cpu()]
+    C = spec.clip_norm
+    B = o["loss_bound"] or 3.0 * math.log(max(n_cls, 2))
+    share = (counts / counts.sum()).float()
+
+    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
+    zero = torch.zeros((), device=device)
+    clipped, nonfinite, step_time, penalty_on = zero.long(), zero.long(), 0.0, 0
+    checkpoints.record(0, [])
+    for t in range(1, steps + 1):
+        t1 = time.perf_counter()
+        grads_k, loss_k = [], []
+        for j in range(k):
+            idx = members[j]
+            if len(idx):
+                b = rows.batch(idx, labels=True)
+                with torch.no_grad():
+                    z = engine.logits(b["X"])
+                    ce = nn.functional.cross_entropy(z, b["y"], reduction="none")
+                    loss_sum = torch.nan_to_num(ce, nan=B, posinf=B).clamp(0.0, B).sum()
+                res = engine.clipped_sum(
+                    **b, c=None, reg_scale=0.0, temperature=1.0, clip_norm=C, logits=z if not labels else None
+                )
+                g_sum, clipped, nonfinite = res.grads, clipped + res.clipped, nonfinite + res.nonfinite
+            else:  # an empty group: its sums are pure noise
+                g_sum, loss_sum = [torch.zeros_like(p) for p in engine.params], zero
+            g_noisy = [gs + gaussian_noise(tuple(gs.shape), nm_k[j] * C, g_noise, dtype=gs.dtype) for gs in g_sum]
+            l_noisy = loss_sum + gaussian_noise((), nm_k[j] * B, g_noise, dtype=torch.float32).to(device)
+            released("gaussian_gradient", [j])
+            released("gaussian_group_loss", [j])
+            n_j = float(counts[j])
+            grads_k.append([gn / n_j for gn in g_noisy])
+            loss_k.append(float(l_noisy) / n_j)
+        # bounded group loss (paper eq. 1-2): f = pooled mean, g = max_k (L_k - eta)
+        gaps = [lk - o["bgl_eta"] for lk in loss_k]
+        worst = int(np.argmax(gaps))
+        active = o["bgl_penalty"] > 0 and gaps[worst] >= 0
+        penalty_on += int(active)
+        total = [sum(float(share[j]) * grads_k[j][i] for j in range(k)) for i in range(len(engine.params))]
+        if active:
+            total = [tot + o["bgl_penalty"] * gw for tot, gw in zip(total, grads_k[worst])]
+        decay = 1.0 / math.sqrt(t) if o["lr_decay"] == "sqrt" else 1.0
+        optimizer.step(total, scale=decay)
+        with torch.no_grad():  # projection onto the box C_P = [-R, R]^P
+            for p in engine.params:
+                p.clamp_(-o["param_bound"], o["param_bound"])
+        step_time += time.perf_counter() - t1
+        reporter.on_step(t, steps, {"penalty": float(active)})
+        if t % spec.eval_every == 0 or t == steps:
+            checkpoints.record(t, [])
+
+    history, selected, state = checkpoints.finish()
+    if any(pg != per_group[0] for pg in per_group):  # every record takes part in the same releases
+        raise RuntimeError(f"unequal per-group releases: {per_group}")
+    T = max(steps, 1)
+    names = data.group_names
+    return TrainResult(
+        history=history,
+        selected=selected,
+        steps=steps,
+        lam=[],
+        state_dict=state,
+        stats={
+            "mean_batch_size": float(n),
+            "clip_fraction": float(clipped) / max(n * T, 1),
+            "nonfinite_rows": float(nonfinite),
+            "time_per_step_ms": 1000.0 * step_time / T,
+            "stage1_ms": stage1_ms,
+            "sample_rate": 1.0,
+            "rho_total": tau + mu,
+            "rho_stage1": tau,
+            "rho_stage2": mu,
+            "penalty_active_fraction": penalty_on / T,
+            **{f"budget_weight_{nm_}": float(v) for nm_, v in zip(names, w.cpu())},
+            **{f"se_{nm_}": float(v) for nm_, v in zip(names, s.cpu())},
+            **{f"noise_multiplier_{nm_}": v for nm_, v in zip(names, nm_k)},
+            **{f"rho_realized_{nm_}": tau + float(v) * mu for nm_, v in zip(names, w.cpu())},
+            **info,
+        },
+        releases=dict(per_group[0]),
+    )
