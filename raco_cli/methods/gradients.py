@@ -114,6 +114,11 @@ class LinearEngine:
         return ClippedSum(grads=[gs.t() @ X, gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 
+def _upcast(t: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 -> fp32; fp32/fp64 unchanged."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 class FunctionalEngine:
     """Clipped per-sample gradient sums for any model, via torch.func over micro-batches.
 
@@ -154,7 +159,7 @@ class FunctionalEngine:
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
         with self._autocast(X.device):
-            return self.model(X).float()
+            return _upcast(self.model(X))
 
     def clipped_sum(
         self,
@@ -177,7 +182,7 @@ class FunctionalEngine:
         def objective(p, x, t, ci):  # one row; batch dims added for the module
             with self._autocast(device):
                 z = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
-            z = z.float()
+            z = _upcast(z)
             loss = nn.functional.cross_entropy(z, t.unsqueeze(0))
             if has_c:
                 loss = loss + reg_scale * (ci * torch.softmax(temperature * z, dim=1)[0]).sum()
@@ -191,7 +196,7 @@ class FunctionalEngine:
         for start in range(0, len(y), self.micro_batch):
             sl = slice(start, start + self.micro_batch)
             g = per_sample(params, X[sl], y[sl], cc[sl])
-            g = {n: v.float() for n, v in g.items()}  # fp32 norms and sums (a no-op without autocast)
+            g = {n: _upcast(v) for n, v in g.items()}  # fp32 norms and sums (a no-op: autocast returns param-dtype grads)
             norms = torch.sqrt(sum((g[n].flatten(1) ** 2).sum(dim=1) for n in self.names))
             finite = torch.isfinite(norms)
             factors = clip_factors(norms, clip_norm, finite)
