@@ -31,7 +31,8 @@ last_metrics       the same at the last step
 lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)
 group_sizes        rows per sensitive group in each split
-stats              mean batch size, clip fraction, time per step (ms), wall time (s), ...
+stats              mean batch size, clip fraction, time per step (ms), throughput_images_per_s
+                   (gradient-batch rows per second of step time, evaluation excluded), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled
 =================  ==========================================================================

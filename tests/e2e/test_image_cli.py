@@ -1,0 +1,63 @@
+"""End to end on images: `raco train model=resnet16` on the generated image dataset (the
+CelebA path without the CelebA files), on CPU and (marked gpu) on CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TINY = (
+    "dataset=synthetic_images", "dataset.options.n=120", "dataset.options.size=16",
+    "model=resnet16", "model.width=0.125", "model.groups=4",
+    "constraint=dp", "eps=9", "method.batch_size=16", "method.steps=2", "method.eval_every=2",
+    "method.micro_batch=8", "method.lr=0.2", "method.noise_multiplier=1.2", "method.hist_noise_multiplier=2",
+)
+
+
+def raco(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+
+
+def _two_step_run(tmp_path, device):
+    db = tmp_path / "mlflow.db"
+    run_dir = tmp_path / "run"
+    res = raco("train", *TINY, f"device={device}", f"tracking.uri=sqlite:///{db}", "tracking.experiment=img",
+               f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    from raco_cli.tracking.summary import validate
+
+    assert validate(summary) == []
+    assert summary["method"] == "raco_dp" and summary["steps"] == 2 and summary["eps_spent"] <= 9.0
+    assert summary["stats"]["releases"] == {"laplace_histogram": 2, "gaussian_gradient": 2}
+    assert summary["stats"]["throughput_images_per_s"] > 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    run = client.search_runs([client.get_experiment_by_name("img").experiment_id])[0]
+    assert run.data.metrics["throughput_images_per_s"] > 0 and run.data.params["model.name"] == "resnet16"
+    return summary
+
+
+def test_two_step_raco_dp_resnet16_on_images_writes_summary(tmp_path):
+    _two_step_run(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_two_step_raco_dp_resnet16_on_gpu(tmp_path):
+    _two_step_run(tmp_path, "cuda")
+
+
+def test_resnet16_on_tabular_data_exits_2_before_mlflow(tmp_path):
+    db = tmp_path / "mlflow.db"
+    res = raco("train", "dataset=synthetic", "model=resnet16", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        "error: model=resnet16 cannot be built for input shape (8,): it needs image rows of shape (C, H, W); "
+        "use model=logreg or model=mlp for tabular data"
+    )
+    assert not db.exists()
