@@ -57,6 +57,7 @@ IN_RANGE = "{key} must be in {interval} (got {key}={value}); {meaning}"
 CHOICE = "{key} must be one of {choices} (got {key}={value!r}); {meaning}"
 TYPE = "{key} must be {expected} (got {key}={value!r}); {meaning}"
 MISSING_DATA = "Missing data file {path}. Download it with: {command}"
+MISSING_MANUAL_DATA = "Missing data file {path}. {hint}"
 CHECKSUM = (
     "Checksum mismatch for {path}: expected sha256 {expected}, got {actual}. The file is "
     "corrupted or truncated; delete it and fetch it again with: {command}"

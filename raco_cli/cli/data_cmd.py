@@ -1,9 +1,20 @@
-"""``raco data list|fetch|info``: what is present, download and verify, split statistics."""
+"""``raco data list|fetch|info``: what is present, download and verify, split statistics.
+
+A loader module may define, besides ``load`` and ``FILES``:
+
+* ``files(**options)``: the files an option set needs (e.g. ACS year/horizon/states);
+* ``fetch(data_dir=, mirror=, **options)``: its own download (folktables for ACS, manual
+  instructions for CelebA); otherwise :func:`raco_cli.data.sources.fetch` is used.
+
+``-o/--option key=value`` passes ``dataset.options`` to ``fetch`` and ``info``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
 from pathlib import Path
+from typing import Any
 
 from raco_cli.cli.paths import PROJECT_ROOT
 from raco_cli.errors import ConfigError, RacoError
@@ -24,7 +35,46 @@ def parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="rows, features, label balance and group sizes of each split")
     i.add_argument("name")
     i.add_argument("--split-seed", type=int, default=0)
+    for sp in (f, i):
+        sp.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dataset option (as dataset.options.KEY), e.g. -o sensitive=Age -o states=[AL,GA]")
     return p
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> options; values are Python/YAML-like literals, else strings.
+
+    >>> parse_options(["year=2018", "states=[AL,GA]", "horizon=5-Year", "flag=false"])
+    {'year': 2018, 'states': ['AL', 'GA'], 'horizon': '5-Year', 'flag': False}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"raco data: --option must be KEY=VALUE (got {item!r}).")
+        out[key] = _literal(raw)
+    return out
+
+
+def _literal(raw: str) -> Any:
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    if raw.startswith("[") and raw.endswith("]"):
+        return [_literal(x.strip()) for x in raw[1:-1].split(",") if x.strip()]
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    return value if isinstance(value, (int, float)) else raw
+
+
+def _files(mod: Any, options: dict[str, Any] | None = None) -> tuple:
+    if options and hasattr(mod, "files"):
+        return tuple(mod.files(**options))
+    return tuple(getattr(mod, "FILES", ()))
 
 
 def _status(entry, data_dir: Path, mirror: str | None) -> tuple[str, str, str]:
@@ -32,25 +82,33 @@ def _status(entry, data_dir: Path, mirror: str | None) -> tuple[str, str, str]:
 
     if not entry.needs_files:
         return "generated", "-", entry.origin
-    mod = entry.loader()
-    files = getattr(mod, "FILES", ())
-    found, size, where = 0, 0, set()
+    files = _files(entry.loader())
+    found, size, where, verified = 0, 0, set(), True
     for spec in files:
-        path = sources.locate(entry.name, spec, data_dir=data_dir, mirror=mirror)
-        if path is None:
+        hit = sources.resolve(entry.name, spec, data_dir=data_dir, mirror=mirror)
+        if hit is None:
             continue
+        form, path = hit
         try:
-            sources.verify(entry.name, spec, path)
+            sources.verify(entry.name, form, path)
         except RacoError:
             return "CORRUPT", f"{path}", entry.origin
         found += 1
-        size += path.stat().st_size
+        size += _size(path)
+        verified = verified and (form.verifiable or form.is_dir)
         where.add("cache" if str(path).startswith(str(data_dir)) else "mirror")
+    check = "verified" if verified else "unverified"
     if found == len(files) and files:
-        return f"present ({'+'.join(sorted(where))}, verified)", f"{size / 2**20:.1f} MiB", entry.origin
+        return f"present ({'+'.join(sorted(where))}, {check})", f"{size / 2**20:.1f} MiB", entry.origin
     if found:
         return f"partial ({found}/{len(files)} files)", f"{size / 2**20:.1f} MiB", entry.origin
     return "missing", "-", entry.origin
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():  # image folders (200k files) are not walked; their size is not shown
+        return 0
+    return path.stat().st_size
 
 
 def main(argv: list[str]) -> int:
@@ -67,17 +125,25 @@ def main(argv: list[str]) -> int:
             print(f"{name:<{width}}  {status:<32} {size:>9}  {desc}\n{'':<{width}}  source: {origin}")
         return 0
     entry = data.get(args.name)
+    options = parse_options(args.option)
     if args.what == "fetch":
         if not entry.needs_files:
             print(f"{args.name} is generated; nothing to fetch.")
             return 0
-        paths = sources.fetch(args.name, entry.loader().FILES, data_dir=data_dir, mirror=mirror)
+        mod = entry.loader()
+        if hasattr(mod, "fetch"):
+            paths = mod.fetch(data_dir=data_dir, mirror=mirror, **options)
+        else:
+            paths = sources.fetch(args.name, _files(mod, options), data_dir=data_dir, mirror=mirror)
         for p in paths:
             print(f"ok  {p}")
-        print(f"{args.name}: {len(paths)} file(s) present and verified in {data_dir / args.name}")
+        print(f"{args.name}: {len(paths)} file(s) present, checksums verified where known")
         return 0
-    loaded = data.load(args.name, data_dir=data_dir, mirror=mirror, allow_download=True, split_seed=args.split_seed)
-    print(f"{loaded.name}: {len(loaded.y)} rows, {loaded.n_features} features, {loaded.n_classes} classes, "
+    loaded = data.load(args.name, data_dir=data_dir, mirror=mirror, allow_download=True,
+                       split_seed=args.split_seed, options=options)
+    shape = "x".join(str(s) for s in loaded.input_shape)
+    features = f"{loaded.n_features} features" if len(loaded.input_shape) == 1 else f"inputs {shape}"
+    print(f"{loaded.name}: {len(loaded.y)} rows, {features}, {loaded.n_classes} classes, "
           f"{loaded.n_groups} groups  (source: {loaded.source})")
     for split in ("train", "val", "test"):
         idx = loaded.splits[split]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raco_cli.data.types import TabularData
-from raco_cli.errors import unknown_name
+from raco_cli.errors import ConfigError, unknown_name
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,36 @@ DATASETS: dict[str, DatasetEntry] = {
             "raco_cli.data.adult",
             "UCI Adult: income >50K, sensitive sex (45 222 rows, 102 features)",
             "https://archive.ics.uci.edu/dataset/2/adult",
+        ),
+        DatasetEntry(
+            "credit",
+            "raco_cli.data.credit",
+            "UCI Default of Credit Card Clients: default, sensitive sex (30 000 rows, 85 features)",
+            "https://archive.ics.uci.edu/dataset/350/default+of+credit+card+clients",
+        ),
+        DatasetEntry(
+            "parkinsons",
+            "raco_cli.data.parkinsons",
+            "UCI Parkinsons Telemonitoring: total_UPDRS > train median, sensitive sex (5 875 rows, 19 features)",
+            "https://archive.ics.uci.edu/dataset/189/parkinsons+telemonitoring",
+        ),
+        DatasetEntry(
+            "heart",
+            "raco_cli.data.heart",
+            "BRFSS 2015 heart disease indicators: HeartDiseaseorAttack, sensitive Sex (253 680 rows, 21 features)",
+            "https://www.kaggle.com/datasets/alexteboul/heart-disease-health-indicators-dataset (manual: Kaggle login)",
+        ),
+        DatasetEntry(
+            "acs_employment",
+            "raco_cli.data.acs",
+            "folktables ACSEmployment: ESR == 1, sensitive RAC1P (9 groups); default 2018 1-Year AL",
+            "https://www2.census.gov/programs-surveys/acs/data/pums/ via folktables",
+        ),
+        DatasetEntry(
+            "celeba",
+            "raco_cli.data.celeba",
+            "CelebA aligned faces: attribute (default Smiling), sensitive Male (202 599 images, official splits)",
+            "http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (manual: Google Drive)",
         ),
         DatasetEntry(
             "synthetic",
@@ -85,6 +116,17 @@ def load(
     """Load a dataset by name with the shared split protocol."""
     entry = get(name)
     kwargs = dict(options or {})
+    loader = entry.loader().load
+    allowed = sorted(
+        p for p in inspect.signature(loader).parameters
+        if p not in ("data_dir", "mirror", "allow_download", "split_seed")
+    )
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"Unknown key dataset.options.{unknown[0]} for dataset '{name}'. "
+            f"Allowed: {', '.join(allowed) or 'none'} (see conf/dataset/{name}.yaml)."
+        )
     if entry.needs_files:
         kwargs.update(data_dir=Path(data_dir), mirror=mirror, allow_download=allow_download)
-    return entry.loader().load(split_seed=split_seed, **kwargs)
+    return loader(split_seed=split_seed, **kwargs)

@@ -2,14 +2,18 @@
 
 A file is looked up, in order, in
 
-1. the download cache ``<data_dir>/<dataset>/`` (``datasets/`` of the project by default),
-2. the mirror ``$RACO_DATA_MIRROR/<dataset>/`` (a directory laid out like the cache, e.g. an
+1. the download cache ``<data_dir>/<folder>/`` (``datasets/`` of the project by default),
+2. the mirror ``$RACO_DATA_MIRROR/<folder>/`` (a directory laid out like the cache, e.g. an
    offline copy on a cluster),
 
-each time under its upstream name or with ``.gz`` appended. When it is in neither place and
-downloads are allowed, it is fetched from its upstream URL into the cache. Every file with
-a known checksum is verified (sha256 of the *uncompressed* content) before it is used, so a
-truncated or corrupted copy is never read silently.
+each time under its upstream name or with ``.gz`` appended (``<folder>`` is the dataset name
+unless the file says otherwise, e.g. ``acs`` for folktables' own layout).  A file may accept
+*alternatives*: other forms of the same content (the CSV conversion of an ``.xls``); the
+first form found wins, the cache before the mirror.  When a file is in neither place and
+downloads are allowed, it is fetched from its upstream URL into the cache.  Every file is
+verified before it is used: sha256 and/or MD5 of the *uncompressed* content when known, and
+an optional content check (e.g. a digest of the parsed table, for formats whose bytes are
+not pinned), so a truncated or corrupted copy is never read silently.
 """
 
 from __future__ import annotations
@@ -19,14 +23,19 @@ import hashlib
 import io
 import logging
 import os
-import shutil
 import tempfile
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from raco_cli.errors import CHECKSUM, MISSING_DATA, DataIntegrityError, DataNotFoundError
+from raco_cli.errors import (
+    CHECKSUM,
+    MISSING_DATA,
+    MISSING_MANUAL_DATA,
+    DataIntegrityError,
+    DataNotFoundError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +45,41 @@ DOWNLOAD_TIMEOUT_S = 60
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One upstream file of a dataset.
+    """One upstream file (or directory) of a dataset.
 
     Attributes:
-        name: upstream file name, also its name in the cache and in mirrors.
+        name: upstream file name, also its name in the cache and in mirrors (may contain
+            ``/``, e.g. ``2018/1-Year/psam_p01.csv``).
         urls: where to download it from, tried in order (empty: manual placement only).
         sha256: sha256 of the uncompressed content, or None when no checksum is known.
-        manual_hint: what to tell the user when the file cannot be downloaded automatically.
+        md5: MD5 of the uncompressed content (the only checksum some publishers give).
+        manual_hint: how to obtain the file by hand; for files without URLs it is the whole
+            instruction shown when the file is missing.
+        folder: directory under the data root / mirror (default: the dataset name).
+        alternatives: other forms of the same content accepted in place of this file.
+        check: content check run after the checksums; raises :class:`DataIntegrityError`.
+        is_dir: a directory (e.g. a folder of images) that must exist and be non-empty;
+            its content is checked by the loader when read.
     """
 
     name: str
     urls: tuple[str, ...] = ()
     sha256: str | None = None
+    md5: str | None = None
     manual_hint: str = ""
+    folder: str | None = None
+    alternatives: tuple[RemoteFile, ...] = ()
+    check: Callable[[bytes], None] | None = field(default=None, compare=False, repr=False)
+    is_dir: bool = False
+
+    @property
+    def verifiable(self) -> bool:
+        """True when the content is checked against a pinned checksum or digest."""
+        return bool(self.sha256 or self.md5 or self.check)
+
+    def forms(self) -> tuple[RemoteFile, ...]:
+        """This file and its alternatives, in preference order."""
+        return (self, *self.alternatives)
 
 
 def fetch_command(dataset: str) -> str:
@@ -56,11 +87,17 @@ def fetch_command(dataset: str) -> str:
     return f"make data DATASET={dataset}"
 
 
-def candidates(dataset: str, name: str, *, data_dir: Path, mirror: str | None) -> list[Path]:
+def _folder(dataset: str, spec: RemoteFile) -> str:
+    return spec.folder or dataset
+
+
+def candidates(
+    dataset: str, name: str, *, data_dir: Path, mirror: str | None, folder: str | None = None
+) -> list[Path]:
     """Paths where a file may be found, in lookup order."""
-    roots = [Path(data_dir) / dataset]
+    roots = [Path(data_dir) / (folder or dataset)]
     if mirror:
-        roots.append(Path(mirror) / dataset)
+        roots.append(Path(mirror) / (folder or dataset))
     return [root / n for root in roots for n in (name, name + ".gz")]
 
 
@@ -88,6 +125,34 @@ def sha256(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def md5(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+
+def _exists(path: Path, spec: RemoteFile) -> bool:
+    return path.is_dir() if spec.is_dir else path.is_file()
+
+
+def resolve(
+    dataset: str,
+    spec: RemoteFile,
+    *,
+    data_dir: Path,
+    mirror: str | None = None,
+) -> tuple[RemoteFile, Path] | None:
+    """The first form of a file found (cache before mirror) and its path, or None."""
+    roots: list[str | None] = [None] + ([mirror] if mirror else [])
+    for root in roots:
+        for form in spec.forms():
+            names = (form.name,) if form.is_dir else (form.name, form.name + ".gz")
+            base = Path(root) if root else Path(data_dir)
+            for n in names:
+                path = base / _folder(dataset, form) / n
+                if _exists(path, form):
+                    return form, path
+    return None
+
+
 def locate(
     dataset: str,
     spec: RemoteFile,
@@ -95,29 +160,47 @@ def locate(
     data_dir: Path,
     mirror: str | None = None,
 ) -> Path | None:
-    """First existing candidate path of a file, or None."""
-    for path in candidates(dataset, spec.name, data_dir=data_dir, mirror=mirror):
-        if path.is_file():
-            return path
-    return None
+    """First existing candidate path of a file (or of one of its alternatives), or None."""
+    found = resolve(dataset, spec, data_dir=data_dir, mirror=mirror)
+    return None if found is None else found[1]
 
 
 def verify(dataset: str, spec: RemoteFile, path: Path) -> bytes:
-    """Read a file and check its content checksum; return the uncompressed content.
+    """Read a file and check its content; return the uncompressed content.
+
+    Directories are only checked for being non-empty (``b""`` is returned).
 
     Raises:
-        DataIntegrityError: the checksum does not match (truncated, corrupted, wrong file).
+        DataIntegrityError: a checksum or the content check fails (truncated, corrupted,
+            wrong file).
     """
-    content = read_bytes(path)
-    if spec.sha256 is not None:
-        actual = sha256(content)
-        if actual != spec.sha256:
+    if spec.is_dir:
+        if not any(Path(path).iterdir()):
             raise DataIntegrityError(
-                CHECKSUM.format(
-                    path=path, expected=spec.sha256, actual=actual, command=fetch_command(dataset)
-                )
+                f"{path} is empty; fetch it again with: {fetch_command(dataset)}"
             )
+        return b""
+    content = read_bytes(path)
+    for algo, expected, fn in (("sha256", spec.sha256, sha256), ("md5", spec.md5, md5)):
+        if expected is not None:
+            actual = fn(content)
+            if actual != expected:
+                raise DataIntegrityError(
+                    CHECKSUM.format(
+                        path=path, expected=expected, actual=actual, command=fetch_command(dataset)
+                    ).replace("sha256", algo)
+                )
+    if spec.check is not None:
+        spec.check(content)
     return content
+
+
+def missing_error(dataset: str, spec: RemoteFile, *, data_dir: Path) -> DataNotFoundError:
+    """The one-line error for a missing file: the fetch command, or the manual steps."""
+    path = Path(data_dir) / _folder(dataset, spec) / spec.name
+    if not spec.urls and spec.manual_hint:
+        return DataNotFoundError(MISSING_MANUAL_DATA.format(path=path, hint=spec.manual_hint))
+    return DataNotFoundError(MISSING_DATA.format(path=path, command=fetch_command(dataset)))
 
 
 def download(dataset: str, spec: RemoteFile, *, data_dir: Path) -> Path:
@@ -130,7 +213,9 @@ def download(dataset: str, spec: RemoteFile, *, data_dir: Path) -> Path:
         DataNotFoundError: no URL worked (offline, moved upstream, manual-only file).
         DataIntegrityError: the download does not match the known checksum.
     """
-    target_dir = Path(data_dir) / dataset
+    if not spec.urls:
+        raise missing_error(dataset, spec, data_dir=data_dir)
+    target_dir = Path(data_dir) / _folder(dataset, spec)
     target = target_dir / spec.name
     errors = []
     for url in spec.urls:
@@ -142,28 +227,52 @@ def download(dataset: str, spec: RemoteFile, *, data_dir: Path) -> Path:
             errors.append(f"{url}: {exc}")
             continue
         content = gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload
-        if spec.sha256 is not None and sha256(content) != spec.sha256:
-            raise DataIntegrityError(
-                CHECKSUM.format(
-                    path=url,
-                    expected=spec.sha256,
-                    actual=sha256(content),
-                    command=fetch_command(dataset),
-                )
-            )
-        target_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target_dir, delete=False, suffix=".part") as tmp:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
             tmp.write(content)
+        try:
+            verify(dataset, spec, Path(tmp.name))
+        except DataIntegrityError as exc:
+            os.unlink(tmp.name)
+            raise DataIntegrityError(str(exc).replace(tmp.name, url)) from None
         os.replace(tmp.name, target)
         return target
     hint = spec.manual_hint or (
-        f"or place {spec.name} in {target_dir}/ or in $RACO_DATA_MIRROR/{dataset}/"
+        f"or place {spec.name} in {target_dir}/ or in $RACO_DATA_MIRROR/{_folder(dataset, spec)}/"
     )
-    detail = "; ".join(errors) if errors else "no download URL"
+    detail = "; ".join(errors)
     raise DataNotFoundError(
         MISSING_DATA.format(path=target, command=fetch_command(dataset))
         + f" ({hint}; download failed: {detail})"
     )
+
+
+def open_any(
+    dataset: str,
+    spec: RemoteFile,
+    *,
+    data_dir: Path,
+    mirror: str | None = None,
+    allow_download: bool = True,
+) -> tuple[RemoteFile, io.BytesIO, Path]:
+    """Find (or download) a file or one of its alternatives, verify it, return its content.
+
+    Returns:
+        The form found, its uncompressed content as a binary stream, and its path.
+
+    Raises:
+        DataNotFoundError: missing and not downloadable; the message names the fetch command
+            (or, for files that cannot be downloaded automatically, the manual steps).
+        DataIntegrityError: the file fails its checksum or content check.
+    """
+    found = resolve(dataset, spec, data_dir=data_dir, mirror=mirror)
+    if found is None:
+        if not allow_download or not any(f.urls for f in spec.forms()):
+            raise missing_error(dataset, spec, data_dir=data_dir)
+        form = next(f for f in spec.forms() if f.urls)
+        found = form, download(dataset, form, data_dir=data_dir)
+    form, path = found
+    return form, io.BytesIO(verify(dataset, form, path)), path
 
 
 def open_file(
@@ -183,16 +292,10 @@ def open_file(
         DataNotFoundError: missing and not downloadable; the message names the fetch command.
         DataIntegrityError: the file fails its checksum.
     """
-    path = locate(dataset, spec, data_dir=data_dir, mirror=mirror)
-    if path is None:
-        if not allow_download:
-            raise DataNotFoundError(
-                MISSING_DATA.format(
-                    path=Path(data_dir) / dataset / spec.name, command=fetch_command(dataset)
-                )
-            )
-        path = download(dataset, spec, data_dir=data_dir)
-    return io.BytesIO(verify(dataset, spec, path)), path
+    _, stream, path = open_any(
+        dataset, spec, data_dir=data_dir, mirror=mirror, allow_download=allow_download
+    )
+    return stream, path
 
 
 def fetch(
@@ -205,22 +308,31 @@ def fetch(
     """Make every file of a dataset present and verified in the cache.
 
     Files found in a mirror are copied (decompressed content, verified) into the cache,
-    so the cache is self-contained afterwards.
+    so the cache is self-contained afterwards.  Directories found in a mirror are verified
+    and used in place (they can be large, e.g. 200k images).
     """
     out = []
     for spec in specs:
-        cached = locate(dataset, spec, data_dir=data_dir, mirror=None)
+        cached = resolve(dataset, spec, data_dir=data_dir, mirror=None)
         if cached is not None:
-            verify(dataset, spec, cached)
-            out.append(cached)
+            verify(dataset, *cached)
+            out.append(cached[1])
             continue
-        mirrored = locate(dataset, spec, data_dir=data_dir, mirror=mirror) if mirror else None
+        mirrored = resolve(dataset, spec, data_dir=data_dir, mirror=mirror) if mirror else None
         if mirrored is not None:
-            verify(dataset, spec, mirrored)
-            target = Path(data_dir) / dataset / mirrored.name
+            form, path = mirrored
+            content = verify(dataset, form, path)
+            if form.is_dir:
+                out.append(path)
+                continue
+            target = Path(data_dir) / _folder(dataset, form) / form.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(mirrored, target)
+            with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
+                tmp.write(content)
+            os.replace(tmp.name, target)
             out.append(target)
             continue
-        out.append(download(dataset, spec, data_dir=data_dir))
+        form = next((f for f in spec.forms() if f.urls), spec)
+        out.append(download(dataset, form, data_dir=data_dir))
     return out
+

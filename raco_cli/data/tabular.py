@@ -125,11 +125,17 @@ def build_tabular(
     split_seed: int,
     source: str,
     meta: Mapping[str, object] | None = None,
+    splits: Mapping[str, np.ndarray] | None = None,
 ) -> TabularData:
-    """Split, encode and wrap a cleaned table into :class:`TabularData`."""
+    """Split, encode and wrap a cleaned table into :class:`TabularData`.
+
+    ``splits`` overrides the shared stratified split (a loader whose label depends on the
+    training part computes the split first, see ``parkinsons``).
+    """
     y = np.asarray(y, dtype=np.int64)
     group = np.asarray(group, dtype=np.int64)
-    splits = stratified_split(y, group, seed=split_seed)
+    if splits is None:
+        splits = stratified_split(y, group, seed=split_seed)
     X, feature_names = encode_features(df.reset_index(drop=True), columns, splits["train"])
     return TabularData(
         name=name,

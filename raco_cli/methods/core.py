@@ -42,6 +42,7 @@ from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, poisson_s
 log = logging.getLogger(__name__)
 
 EVAL_CHUNK = 8192
+EVAL_CHUNK_BYTES = 2**27  # 128 MiB of features per evaluation chunk
 
 
 @dataclass(frozen=True)
@@ -162,10 +163,12 @@ def make_optimizer(params: list[nn.Parameter], spec: MethodSpec) -> _Optimizer:
 
 @torch.no_grad()
 def predict_logits(engine, data: TabularData, idx: np.ndarray, device: torch.device) -> np.ndarray:
-    """Exact logits of the given rows, in chunks (``engine.eval_chunk`` rows: bounded
-    activation memory for image models)."""
+    """Exact logits of the given rows, in chunks of at most ``EVAL_CHUNK`` rows,
+    ``EVAL_CHUNK_BYTES`` of float32 features (images: 8192 x 3 x 128 x 128 would be 1.6 GB)
+    and the engine's ``eval_chunk`` (bounded activation memory of conv nets)."""
     out = []
-    chunk = int(getattr(engine, "eval_chunk", EVAL_CHUNK))
+    row_bytes = 4 * max(1, int(np.prod(data.input_shape)))
+    chunk = max(1, min(EVAL_CHUNK, EVAL_CHUNK_BYTES // row_bytes, int(getattr(engine, "eval_chunk", EVAL_CHUNK))))
     for start in range(0, len(idx), chunk):
         rows = idx[start : start + chunk]
         X = to_device(data.rows(rows), device)

@@ -1,5 +1,6 @@
-"""End to end on images: `raco train model=resnet16` on the generated image dataset (the
-CelebA path without the CelebA files), on CPU and (marked gpu) on CUDA."""
+"""End to end on images: `raco train experiment=celeba_resnet16` (paper App. E.7 settings,
+shrunk: a narrow ResNet16, 2 steps) on the synthetic CelebA fixture (official file layout),
+on CPU and (marked gpu) on CUDA."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import sys
 import pytest
 
 TINY = (
-    "dataset=synthetic_images", "dataset.options.n=120", "dataset.options.size=16",
-    "model=resnet16", "model.width=0.125", "model.groups=4",
-    "constraint=dp", "eps=9", "method.batch_size=16", "method.steps=2", "method.eval_every=2",
-    "method.micro_batch=8", "method.lr=0.2", "method.noise_multiplier=1.2", "method.hist_noise_multiplier=2",
+    "experiment=celeba_resnet16", "dataset.options.image_size=16", "dataset.options.verify_checksums=false",
+    "model.width=0.125", "model.groups=4", "eps=9",
+    "method.batch_size=8", "method.steps=2", "method.eval_every=2", "method.micro_batch=4",
 )
 
 
@@ -23,22 +23,26 @@ def raco(*args, cwd):
 
 
 def _two_step_run(tmp_path, device):
+    from raco_cli.data import fixtures
+
+    fixtures.write_celeba(tmp_path / "mirror", n=60)
     db = tmp_path / "mlflow.db"
     run_dir = tmp_path / "run"
-    res = raco("train", *TINY, f"device={device}", f"tracking.uri=sqlite:///{db}", "tracking.experiment=img",
+    res = raco("train", *TINY, f"dataset.mirror={tmp_path / 'mirror'}", f"device={device}", f"tracking.uri=sqlite:///{db}",
                f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     from raco_cli.tracking.summary import validate
 
     assert validate(summary) == []
-    assert summary["method"] == "raco_dp" and summary["steps"] == 2 and summary["eps_spent"] <= 9.0
+    assert (summary["method"], summary["dataset"], summary["steps"]) == ("raco_dp", "celeba", 2)
+    assert summary["eps_spent"] <= 9.0 and summary["hyperparameters"]["noise_multiplier"] == 1.2
     assert summary["stats"]["releases"] == {"laplace_histogram": 2, "gaussian_gradient": 2}
     assert summary["stats"]["throughput_images_per_s"] > 0
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{db}")
-    run = client.search_runs([client.get_experiment_by_name("img").experiment_id])[0]
+    run = client.search_runs([client.get_experiment_by_name("fig2a_celeba").experiment_id])[0]
     assert run.data.metrics["throughput_images_per_s"] > 0 and run.data.params["model.name"] == "resnet16"
     return summary
 
