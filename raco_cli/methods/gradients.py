@@ -172,6 +172,8 @@ class FunctionalEngine:
         clip_norm: float | None,
         **_: object,
     ) -> ClippedSum:
+        if clip_norm is None:
+            return self._plain_sum(X, y, c, reg_scale=reg_scale, temperature=temperature)
         from torch.func import functional_call, grad, vmap
 
         params = {n: p.detach() for n, p in zip(self.names, self.params)}
@@ -206,6 +208,31 @@ class FunctionalEngine:
             clipped, norm_sum, nonfinite = clipped + a, norm_sum + b, nonfinite + d
             del g
         return ClippedSum(grads=total, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
+
+    def _plain_sum(self, X: torch.Tensor, y: torch.Tensor, c: torch.Tensor | None, *, reg_scale: float, temperature: float) -> ClippedSum:
+        """Without clipping (non-private methods) the sum of per-sample gradients is the
+        gradient of the summed objective: one ordinary backward per micro-batch, no per-sample
+        gradients (rows are independent: the models have no batch statistics).  Per-sample
+        norms are not computed (``norm_sum`` is NaN); rows with a non-finite objective are
+        dropped, as in the clipped path."""
+        total = [torch.zeros_like(p) for p in self.params]
+        nonfinite = torch.zeros((), dtype=torch.long, device=X.device)
+        for start in range(0, len(y), self.micro_batch):
+            sl = slice(start, start + self.micro_batch)
+            with torch.enable_grad():
+                with self._autocast(X.device):
+                    z = self.model(X[sl])
+                z = _upcast(z)
+                per_row = nn.functional.cross_entropy(z, y[sl], reduction="none")
+                if c is not None:
+                    per_row = per_row + reg_scale * (c[sl] * torch.softmax(temperature * z, dim=1)).sum(dim=1)
+                finite = torch.isfinite(per_row)
+                grads = torch.autograd.grad(torch.where(finite, per_row, torch.zeros_like(per_row)).sum(), self.params)
+            for acc, g in zip(total, grads):
+                acc += torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+            nonfinite = nonfinite + (~finite).sum()
+        nan = torch.full((), float("nan"), device=X.device)
+        return ClippedSum(grads=total, clipped=torch.zeros_like(nonfinite), norm_sum=nan, nonfinite=nonfinite)
 
 
 def engine_for(
