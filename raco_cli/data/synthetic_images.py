@@ -11,10 +11,12 @@ training loop then takes its lazy-store path (``data.rows(idx)`` per batch), as 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from raco_cli.data.tabular import stratified_split
-from raco_cli.data.types import TabularData
+from raco_cli.data.types import FeatureStore, TabularData
 
 
 class SyntheticImageStore:
@@ -51,7 +53,7 @@ def load(*, n: int = 600, size: int = 32, lazy: bool = True, seed: int = 0, spli
     y = (rng.random(n) < np.where(group == 0, 0.6, 0.35)).astype(np.int64)
     show = np.where(rng.random(n) < 0.9, y, 1 - y).astype(bool)  # 10 % label noise
     store = SyntheticImageStore(y, group, show, size, seed)
-    X = store if lazy else store[np.arange(n)]
+    X = cast(FeatureStore, store if lazy else store[np.arange(n)])
     return TabularData(
         name="synthetic_images",
         X=X,

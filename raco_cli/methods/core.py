@@ -228,6 +228,9 @@ def run(
     ops = constraints.to_torch(device)
 
     optimizer = make_optimizer(engine.params, spec)
+    # Sampling draws O(qn) geometric gaps on the host (the indices are needed there anyway
+    # to read lazy image stores), so a seed gives the same batches on every device; the
+    # noise generator lives on the training device, where the noise is added.
     g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
     g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
     independent = constrained and spec.sampling == "independent"

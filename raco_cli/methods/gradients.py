@@ -194,7 +194,7 @@ class FunctionalEngine:
         total = [torch.zeros_like(p) for p in self.params]
         zero = torch.zeros((), device=X.device)
         clipped, norm_sum, nonfinite = zero.long(), zero, zero.long()
-        cc = c if has_c else torch.zeros(len(y), 1, device=X.device)
+        cc = c if c is not None else torch.zeros(len(y), 1, device=X.device)
         for start in range(0, len(y), self.micro_batch):
             sl = slice(start, start + self.micro_batch)
             g = per_sample(params, X[sl], y[sl], cc[sl])

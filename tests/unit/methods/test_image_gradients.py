@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -44,14 +46,19 @@ def clip_and_sum(per_sample, clip):
     return total, norms
 
 
+@functools.cache
+def reference(clip):
+    model = tiny_resnet().double()
+    X, y, c = (t.double() if t.is_floating_point() else t for t in tiny_batch())
+    return model, X, y, c, clip_and_sum(direct_per_sample(model, X, y, c, reg_scale=5.0, tau=2.0), clip)
+
+
 @pytest.mark.parametrize("micro_batch", [1, 3, 7, 64])
 @pytest.mark.parametrize("clip", [None, 0.5])
 def test_micro_batched_conv_per_sample_gradients_equal_direct(micro_batch, clip):
     """float64 so that the comparison is tight: any mixing of rows (a batch statistic, a
     wrong chunk boundary) would show far above 1e-9."""
-    model = tiny_resnet().double()
-    X, y, c = (t.double() if t.is_floating_point() else t for t in tiny_batch())
-    ref, norms = clip_and_sum(direct_per_sample(model, X, y, c, reg_scale=5.0, tau=2.0), clip)
+    model, X, y, c, (ref, norms) = reference(clip)
     res = FunctionalEngine(model, micro_batch=micro_batch).clipped_sum(X, y, c, reg_scale=5.0, temperature=2.0, clip_norm=clip)
     for a, b in zip(res.grads, ref):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
