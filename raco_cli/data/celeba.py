@@ -140,8 +140,8 @@ def decode(path: str | Path, image_size: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
+        with Image.open(path) as raw:
+            im = raw.convert("RGB")
             if im.size != (image_size, image_size):
                 im = im.resize((image_size, image_size), Image.Resampling.BILINEAR)
             arr = np.asarray(im, dtype=np.float32)
@@ -255,7 +255,7 @@ def load(
             TYPE.format(key="dataset.options.verify_checksums", expected="true or false",
                         value=verify_checksums, meaning="check the MD5s of the list files.")
         )
-    files = FILES
+    files: tuple[sources.RemoteFile, ...] = FILES
     if not verify_checksums:
         log.warning("celeba: MD5 checks of the list files are off (dataset.options.verify_checksums=false)")
         files = tuple(dataclasses.replace(f, md5=None) for f in FILES)

@@ -1,0 +1,54 @@
+"""Dataset configs: every dataset's options are accepted by its loader; experiments compose."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from raco_cli import data
+from raco_cli.cli.build import build_run_spec
+from raco_cli.cli.paths import CONF_DIR, group_options, register_resolvers
+
+
+@pytest.fixture
+def composer():
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield lambda overrides=(): compose(config_name="config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+
+
+def test_every_dataset_has_a_config_and_a_registry_entry():
+    assert set(group_options("dataset")) == set(data.DATASETS)
+    assert {"adult", "credit", "parkinsons", "heart", "acs_employment", "celeba"} <= set(data.DATASETS)
+
+
+@pytest.mark.parametrize("name", sorted(data.DATASETS))
+def test_config_options_match_the_loader_defaults(composer, name):
+    """Each documented option exists in the loader, with the same default value."""
+    spec = build_run_spec(composer([f"dataset={name}"]))
+    params = inspect.signature(data.get(name).loader().load).parameters
+    for key, value in spec.dataset.options.items():
+        assert key in params, f"dataset.options.{key} is not a parameter of {name}.load"
+        default = params[key].default
+        assert (list(default) if isinstance(default, tuple) else default) == value, key
+
+
+def test_dataset_defaults_documented_in_the_issue(composer):
+    acs = build_run_spec(composer(["dataset=acs_employment"])).dataset.options
+    assert (acs["year"], acs["horizon"], acs["states"]) == (2018, "1-Year", ["AL"])
+    celeba = build_run_spec(composer(["dataset=celeba"])).dataset.options
+    assert (celeba["target"], celeba["sensitive"], celeba["image_size"]) == ("Smiling", "Male", 128)
+    assert build_run_spec(composer(["dataset=parkinsons"])).dataset.options["include_motor_updrs"] is True
+    assert build_run_spec(composer(["dataset=heart"])).dataset.options["sensitive"] == "Sex"
+
+
+@pytest.mark.parametrize("experiment,dataset,batch", [("parkinsons_dp", "parkinsons", 256), ("heart_dp", "heart", 4096)])
+def test_experiments_compose(composer, experiment, dataset, batch):
+    spec = build_run_spec(composer([f"experiment={experiment}"]))
+    assert spec.dataset.name == dataset and spec.constraint.name == "dp" and spec.eps == 1.0
+    assert spec.method.batch_size == batch
