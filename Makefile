@@ -62,7 +62,10 @@ data: $(STAMP) ## download + verify a dataset: make data DATASET=adult
 bench: $(STAMP) ## time per step on Adult, batch 512: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
 	$(BIN)/python -m raco_cli.bench $(ARGS)
 
+bench-celeba: $(STAMP) ## ResNet16 images/s: RaCO-DP, DP-SGD vs SGD on one device (ARGS="--image-size 64 --dataset celeba")
+	$(BIN)/python -m raco_cli.bench_images $(ARGS)
+
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench clean-outputs
+.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba clean-outputs

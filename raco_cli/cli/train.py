@@ -362,6 +362,8 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
     final["privacy/steps"] = float(summary["steps"])
     final["selected_step"] = float(summary["selected_step"])
     final["time_per_step_ms"] = float(summary["stats"]["time_per_step_ms"])
+    if "throughput_images_per_s" in summary["stats"]:  # training examples per second of step time
+        final["throughput_images_per_s"] = float(summary["stats"]["throughput_images_per_s"])
     recorder.log_metrics(final, step=int(summary["steps"]))
     recorder.set_tags({"satisfied": str(summary["satisfied"]).lower(), "private": str(summary["private"]).lower()})
     for path in artifacts:

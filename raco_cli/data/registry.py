@@ -81,6 +81,13 @@ DATASETS: dict[str, DatasetEntry] = {
             "generated",
             needs_files=False,
         ),
+        DatasetEntry(
+            "synthetic_images",
+            "raco_cli.data.synthetic_images",
+            "generated (3, S, S) images with a group disparity (image-model tests and smoke runs)",
+            "generated",
+            needs_files=False,
+        ),
     )
 }
 

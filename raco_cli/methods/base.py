@@ -65,7 +65,10 @@ class MethodSpec:
         eval_every: evaluate on train/val/test every this many steps (and at the end).
         selection: ``best_feasible``: the evaluation with the highest validation accuracy
             among those whose hard train constraint holds (paper App. E.2); ``last``.
-        micro_batch: rows per chunk of the per-sample gradient computation (memory bound).
+        micro_batch: rows per chunk of the per-sample gradient computation (memory bound;
+            results do not depend on it).
+        precision: ``auto`` (bf16 autocast for non-linear models on CUDA, fp32 elsewhere),
+            ``fp32`` or ``bf16``; clipping norms, sums and noise are always fp32.
         secure_rng: draw the noise from the OS CSPRNG instead of the seeded torch PRNG
             (``privacy.secure_rng``; see :mod:`raco_cli.privacy.mechanisms`).
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
@@ -92,6 +95,7 @@ class MethodSpec:
     selection: Selection = "best_feasible"
     micro_batch: int = 4096
     secure_rng: bool = False
+    precision: str = "auto"
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -118,6 +122,7 @@ class MethodSpec:
         _choice("method.optimizer", self.optimizer, ("sgd", "momentum", "adam"), "the primal optimizer.")
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
+        _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
         _choice("method.selection", self.selection, ("best_feasible", "last"), "the reported checkpoint rule.")
         if not 0 <= self.momentum < 1:
             raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))

@@ -35,7 +35,7 @@ from raco_cli.methods.base import (
     TrainResult,
     select_checkpoint,
 )
-from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
+from raco_cli.methods.gradients import LinearEngine, engine_for, resolve_precision, row_softmax
 from raco_cli.metrics.evaluate import evaluate
 from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, noise_source, poisson_sample
 
@@ -61,43 +61,57 @@ class CoreFlags:
 
 
 class Rows:
-    """Training rows on the device (tabular) or fetched per batch (lazy stores).
+    """Training rows on the device (in-memory arrays) or fetched per batch (lazy stores).
 
-    For tabular data the features, one-hot labels and the norms ``sqrt(|x|^2 + 1)`` used by
-    the closed-form engine are packed into one matrix once, so a step gathers a batch with
-    a single ``index_select``.
+    ``pack`` (the closed-form linear engine): features flattened to (n, d), one-hot labels
+    and the norms ``sqrt(|x|^2 + 1)`` are packed into one matrix once, so a step gathers a
+    batch with a single ``index_select``.  Otherwise in-memory features keep their example
+    shape (``(n, C, H, W)`` for images) and lazy stores (e.g. CelebA on disk) are read per
+    batch with ``data.rows(idx)`` and moved to the device (through pinned memory on CUDA).
     """
 
-    def __init__(self, data: TabularData, idx: np.ndarray, cells: np.ndarray, device: torch.device) -> None:
+    def __init__(self, data: TabularData, idx: np.ndarray, cells: np.ndarray, device: torch.device, *, pack: bool = True) -> None:
         self.data, self.idx, self.device = data, idx, device
         self.eager = isinstance(data.X, np.ndarray)
+        self.pack = self.eager and pack
         self.y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
         self.cells = torch.as_tensor(cells, dtype=torch.long, device=device)
-        if self.eager:
+        if self.pack:
             X = torch.as_tensor(np.asarray(data.X[idx]).reshape(len(idx), -1), dtype=torch.float32, device=device)
             onehot = nn.functional.one_hot(self.y, data.n_classes).float()
             xnorm = torch.sqrt((X * X).sum(dim=1, keepdim=True) + 1.0)
             self.packed = torch.cat([X, onehot, xnorm], dim=1)
             self.d, self.K = X.shape[1], data.n_classes
+        elif self.eager:
+            self.X = torch.as_tensor(np.asarray(data.X[idx]), dtype=torch.float32, device=device)
 
     def features(self, b: torch.Tensor) -> torch.Tensor:
-        if self.eager:
+        if self.pack:
             return self.packed.index_select(0, b)[:, : self.d]
-        rows = self.idx[b.cpu().numpy()]
-        return torch.as_tensor(self.data.rows(rows), dtype=torch.float32, device=self.device)
+        if self.eager:
+            return self.X.index_select(0, b)
+        return to_device(self.data.rows(self.idx[b.cpu().numpy()]), self.device)
 
     def batch(self, b: torch.Tensor, *, labels: bool) -> dict[str, torch.Tensor]:
         """Engine keyword arguments of a batch (``labels``: include the int labels ``y``)."""
         out: dict[str, torch.Tensor] = {}
-        if self.eager:
+        if self.pack:
             P = self.packed.index_select(0, b)
             d, K = self.d, self.K
             out.update(X=P[:, :d], onehot=P[:, d : d + K], xnorm=P[:, d + K])
         else:
             out["X"] = self.features(b)
-        if labels or not self.eager:
+        if labels or not self.pack:
             out["y"] = self.y.index_select(0, b)
         return out
+
+
+def to_device(rows: np.ndarray, device: torch.device) -> torch.Tensor:
+    """float32 tensor of host rows on ``device`` (pinned, asynchronous copy on CUDA)."""
+    t = torch.as_tensor(np.asarray(rows), dtype=torch.float32)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def initialize(model: nn.Module, seed: int) -> None:
@@ -149,14 +163,15 @@ def make_optimizer(params: list[nn.Parameter], spec: MethodSpec) -> _Optimizer:
 
 @torch.no_grad()
 def predict_logits(engine, data: TabularData, idx: np.ndarray, device: torch.device) -> np.ndarray:
-    """Exact logits of the given rows, in chunks of at most ``EVAL_CHUNK`` rows and
-    ``EVAL_CHUNK_BYTES`` of float32 features (images: 8192 x 3 x 128 x 128 would be 1.6 GB)."""
+    """Exact logits of the given rows, in chunks of at most ``EVAL_CHUNK`` rows,
+    ``EVAL_CHUNK_BYTES`` of float32 features (images: 8192 x 3 x 128 x 128 would be 1.6 GB)
+    and the engine's ``eval_chunk`` (bounded activation memory of conv nets)."""
     out = []
     row_bytes = 4 * max(1, int(np.prod(data.input_shape)))
-    chunk = max(1, min(EVAL_CHUNK, EVAL_CHUNK_BYTES // row_bytes))
+    chunk = max(1, min(EVAL_CHUNK, EVAL_CHUNK_BYTES // row_bytes, int(getattr(engine, "eval_chunk", EVAL_CHUNK))))
     for start in range(0, len(idx), chunk):
         rows = idx[start : start + chunk]
-        X = torch.as_tensor(data.rows(rows), dtype=torch.float32, device=device)
+        X = to_device(data.rows(rows), device)
         out.append(engine.logits(X).double().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, data.n_classes))
 
@@ -239,14 +254,22 @@ def run(
     n = len(train_idx)
     q = min(1.0, spec.batch_size / n)
     expected_batch = q * n  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
-    rows = Rows(data, train_idx, constraints.cells(data.y[train_idx], data.group[train_idx]), device)
-    ops = constraints.to_torch(device)
-
     initialize(model, seeds.init)
     model.to(device)
-    engine = engine_for(model, micro_batch=spec.micro_batch)
+    engine = engine_for(
+        model,
+        micro_batch=spec.micro_batch,
+        amp_dtype=resolve_precision(spec.precision, device),
+        eval_chunk=min(EVAL_CHUNK, 4 * spec.micro_batch),
+    )
     labels = not isinstance(engine, LinearEngine)
+    rows = Rows(data, train_idx, constraints.cells(data.y[train_idx], data.group[train_idx]), device, pack=not labels)
+    ops = constraints.to_torch(device)
+
     optimizer = make_optimizer(engine.params, spec)
+    # Sampling draws O(qn) geometric gaps on the host (the indices are needed there anyway
+    # to read lazy image stores), so a seed gives the same batches on every device; the
+    # noise generator lives on the training device, where the noise is added.
     g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     # optional release hook (raco audit, debugging): sees every noisy release as it happens
@@ -305,10 +328,13 @@ def run(
         optimizer.step(grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13: projected dual ascent
             lam = project_dual(lam + spec.lr_dual * g_dual, spec.lambda_max)
+        evaluate_now = t % spec.eval_every == 0 or t == steps
+        if evaluate_now and device.type == "cuda":  # queued kernels belong to the steps' time
+            torch.cuda.synchronize(device)
         step_time += time.perf_counter() - t0
         batch_sum += len(batch)
         reporter.on_step(t, steps, {"batch": float(len(batch))})
-        if t % spec.eval_every == 0 or t == steps:
+        if evaluate_now:
             record(t)
 
     history, selected, state = checkpoints.finish()
@@ -325,6 +351,8 @@ def run(
             "mean_grad_norm": float(norm_sum) / max(batch_sum, 1),
             "nonfinite_rows": float(nonfinite),
             "time_per_step_ms": 1000.0 * step_time / T,
+            # training examples (gradient-batch rows) per second of step time, evaluation excluded
+            "throughput_images_per_s": batch_sum / step_time if step_time > 0 else 0.0,
             "sample_rate": q,
         },
         releases=releases,

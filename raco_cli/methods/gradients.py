@@ -116,17 +116,52 @@ class LinearEngine:
         return ClippedSum(grads=[gs.t() @ X, gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 
-class FunctionalEngine:
-    """Clipped per-sample gradient sums for any model, via torch.func over micro-batches."""
+def _upcast(t: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 -> fp32; fp32/fp64 unchanged."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
-    def __init__(self, model: nn.Module, *, micro_batch: int) -> None:
+
+class FunctionalEngine:
+    """Clipped per-sample gradient sums for any model, via torch.func over micro-batches.
+
+    A Poisson batch of any size is cut into chunks of ``micro_batch`` rows; the per-sample
+    gradients of one chunk are materialised (``micro_batch x n_params`` floats), clipped and
+    added to the running sum, so memory is bounded and the result equals one pass over the
+    whole batch (like Opacus' BatchMemoryManager, but exact: clipping is per row anyway).
+
+    Mixed precision (``amp_dtype``, CUDA bf16 by default via ``precision=auto``): only the
+    forward/backward *arithmetic* of the model runs under autocast.  Parameters, the
+    per-sample gradients (autocast returns gradients in the parameters' fp32 dtype), their
+    norms, the clipping factors, the sum and the Gaussian noise stay fp32.  Privacy needs
+    only that each row's contribution to the released sum has norm <= C, which the fp32
+    clipping enforces whatever the precision of the gradient it is applied to; reduced
+    precision changes the gradient's accuracy (utility), never the sensitivity bound.  The
+    loss and the tempered softmax of the regularizer are computed from fp32 logits.  bf16
+    has fp32's exponent range, so small per-sample gradients do not underflow (fp16 would
+    need loss scaling, which would interact with clipping: not offered).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        micro_batch: int,
+        amp_dtype: torch.dtype | None = None,
+        eval_chunk: int | None = None,
+    ) -> None:
         self.model = model
         self.micro_batch = int(micro_batch)
+        self.amp_dtype = amp_dtype
+        self.eval_chunk = int(eval_chunk) if eval_chunk is not None else max(self.micro_batch, 1)
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in model.named_parameters() if p.requires_grad]
 
+    def _autocast(self, device: torch.device):
+        return torch.autocast(device_type=device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
+
     def logits(self, X: torch.Tensor) -> torch.Tensor:
-        return self.model(X)
+        with self._autocast(X.device):
+            return _upcast(self.model(X))
 
     def clipped_sum(
         self,
@@ -139,14 +174,19 @@ class FunctionalEngine:
         clip_norm: float | None,
         **_: object,
     ) -> ClippedSum:
+        if clip_norm is None:
+            return self._plain_sum(X, y, c, reg_scale=reg_scale, temperature=temperature)
         from torch.func import functional_call, grad, vmap
 
         params = {n: p.detach() for n, p in zip(self.names, self.params)}
         buffers = {n: b.detach() for n, b in self.model.named_buffers()}
         has_c = c is not None
+        device = X.device
 
         def objective(p, x, t, ci):  # one row; batch dims added for the module
-            z = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
+            with self._autocast(device):
+                z = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
+            z = _upcast(z)
             loss = nn.functional.cross_entropy(z, t.unsqueeze(0))
             if has_c:
                 loss = loss + reg_scale * (ci * torch.softmax(temperature * z, dim=1)[0]).sum()
@@ -156,10 +196,11 @@ class FunctionalEngine:
         total = [torch.zeros_like(p) for p in self.params]
         zero = torch.zeros((), device=X.device)
         clipped, norm_sum, nonfinite = zero.long(), zero, zero.long()
-        cc = c if has_c else torch.zeros(len(y), 1, device=X.device)
+        cc = c if c is not None else torch.zeros(len(y), 1, device=X.device)
         for start in range(0, len(y), self.micro_batch):
             sl = slice(start, start + self.micro_batch)
             g = per_sample(params, X[sl], y[sl], cc[sl])
+            g = {n: _upcast(v) for n, v in g.items()}  # fp32 norms and sums (a no-op: autocast returns param-dtype grads)
             norms = torch.sqrt(sum((g[n].flatten(1) ** 2).sum(dim=1) for n in self.names))
             finite = torch.isfinite(norms)
             factors = clip_factors(norms, clip_norm, finite)
@@ -167,14 +208,69 @@ class FunctionalEngine:
                 acc += torch.tensordot(factors, torch.nan_to_num(g[n], nan=0.0, posinf=0.0, neginf=0.0), dims=1)
             a, b, d = _stats(norms, clip_norm, finite)
             clipped, norm_sum, nonfinite = clipped + a, norm_sum + b, nonfinite + d
+            del g
         return ClippedSum(grads=total, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
+    def _plain_sum(self, X: torch.Tensor, y: torch.Tensor, c: torch.Tensor | None, *, reg_scale: float, temperature: float) -> ClippedSum:
+        """Without clipping (non-private methods) the sum of per-sample gradients is the
+        gradient of the summed objective: one ordinary backward per micro-batch, no per-sample
+        gradients (rows are independent: the models have no batch statistics).  Per-sample
+        norms are not computed (``norm_sum`` is NaN); rows with a non-finite objective are
+        dropped, as in the clipped path."""
+        total = [torch.zeros_like(p) for p in self.params]
+        nonfinite = torch.zeros((), dtype=torch.long, device=X.device)
+        for start in range(0, len(y), self.micro_batch):
+            sl = slice(start, start + self.micro_batch)
+            with torch.enable_grad():
+                with self._autocast(X.device):
+                    z = self.model(X[sl])
+                z = _upcast(z)
+                per_row = nn.functional.cross_entropy(z, y[sl], reduction="none")
+                if c is not None:
+                    per_row = per_row + reg_scale * (c[sl] * torch.softmax(temperature * z, dim=1)).sum(dim=1)
+                finite = torch.isfinite(per_row)
+                grads = torch.autograd.grad(torch.where(finite, per_row, torch.zeros_like(per_row)).sum(), self.params)
+            for acc, g in zip(total, grads):
+                acc += torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+            nonfinite = nonfinite + (~finite).sum()
+        nan = torch.full((), float("nan"), device=X.device)
+        return ClippedSum(grads=total, clipped=torch.zeros_like(nonfinite), norm_sum=nan, nonfinite=nonfinite)
 
-def engine_for(model: nn.Module, *, micro_batch: int, prefer_closed_form: bool = True):
-    """The fastest correct engine for a model."""
+
+def engine_for(
+    model: nn.Module,
+    *,
+    micro_batch: int,
+    prefer_closed_form: bool = True,
+    amp_dtype: torch.dtype | None = None,
+    eval_chunk: int | None = None,
+):
+    """The fastest correct engine for a model: closed form for logistic regression (always
+    fp32), torch.func micro-batches otherwise."""
     from raco_cli.models import linear_layer
 
     layer = linear_layer(model) if prefer_closed_form else None
     if layer is not None:
         return LinearEngine(layer)
-    return FunctionalEngine(model, micro_batch=micro_batch)
+    return FunctionalEngine(model, micro_batch=micro_batch, amp_dtype=amp_dtype, eval_chunk=eval_chunk)
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``method.precision`` on ``device`` (None: plain fp32).
+
+    ``auto``: bf16 on a CUDA device that supports it, fp32 otherwise (CPU autocast is slower
+    than fp32 for these models and gains no memory that matters); ``bf16``: bf16 autocast
+    on any device; ``fp32``: off.
+
+    >>> resolve_precision("auto", torch.device("cpu")) is None
+    True
+    >>> resolve_precision("bf16", torch.device("cpu"))
+    torch.bfloat16
+    """
+    if precision == "fp32":
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None

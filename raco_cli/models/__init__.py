@@ -1,4 +1,9 @@
-"""Model factories (``model=<name>``): nn.Modules only, no training logic."""
+"""Model factories (``model=<name>``): nn.Modules only, no training logic.
+
+* ``logreg``: one linear layer (closed-form per-sample gradients; the tabular default).
+* ``mlp``: a small ReLU MLP (non-convex tabular runs).
+* ``resnet16``: ResNet16 with GroupNorm for images (C, H, W) (paper App. E.7).
+"""
 
 from __future__ import annotations
 
@@ -27,9 +32,21 @@ def _mlp(input_shape: tuple[int, ...], n_classes: int, *, hidden: tuple[int, ...
     return nn.Sequential(*layers)
 
 
-MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp}
+def _resnet16(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
+    from raco_cli.models.resnet import resnet16
+
+    if "blocks" in opts:
+        opts["blocks"] = tuple(opts["blocks"])
+    return resnet16(input_shape, n_classes, **opts)
+
+
+MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp, "resnet16": _resnet16}
 # the model.* keys each model accepts (besides ``name``)
-OPTIONS: dict[str, tuple[str, ...]] = {"logreg": (), "mlp": ("hidden",)}
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "logreg": (),
+    "mlp": ("hidden",),
+    "resnet16": ("width", "groups", "blocks", "stem_pool"),
+}
 MAX_WIDTH = 1_000_000
 
 

@@ -42,7 +42,8 @@ lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)
 group_sizes        rows per sensitive group in each split
 stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-sample gradients
-                   dropped), time per step (ms), wall time (s), ...
+                   dropped), time per step (ms), throughput_images_per_s (gradient-batch rows per
+                   second of step time, evaluation excluded), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled
 =================  ==========================================================================
