@@ -35,7 +35,7 @@ def _prepare(*extra: str, tmp_path=None):
         ("method.batch_size=12.5", "method.batch_size must be an integer (got method.batch_size=12.5); a count."),
         ("seed=-1", "seed must be a non-negative integer (got seed=-1)."),
         ("method=adam", "Unknown method 'adam'. Available: dp_fermi, dp_sgd, dpse, raco_dp, sgd, sgda."),
-        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp."),
+        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp, resnet16."),
         ("+model.input_dim=5", "Unknown key model.input_dim for model=logreg. Allowed: none."),
         ("+dataset.options.rows=5", "Unknown key dataset.options.rows for dataset 'synthetic'. Allowed: n, n_classes, n_features, n_groups, seed (see conf/dataset/synthetic.yaml)."),
         ("dataset.options.n=5", "dataset.options.n must be an integer >= 100 (got dataset.options.n=5); see conf/dataset/synthetic.yaml."),
@@ -52,7 +52,7 @@ def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message
 
 
 def test_unknown_names_and_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic\.$"):
+    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images\.$"):
         _prepare("dataset=adlt")
     with pytest.raises(ConfigError, match=r"Key 'learning_rate' is not in the config; check the key name"):
         _prepare("method.learning_rate=3")
