@@ -70,7 +70,13 @@ from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
 from raco_cli.privacy import events
-from raco_cli.privacy.mechanisms import gaussian_noise, poisson_sample
+from raco_cli.privacy.mechanisms import (
+    NoiseSource,
+    gaussian_noise,
+    noise_source,
+    poisson_sample,
+    sampling_generator,
+)
 
 NAME = "dp_fermi"
 PRIVATE = True
@@ -162,7 +168,7 @@ def run_event(spec: MethodSpec, sample_rate: float, steps: int, *, constrained: 
 
 
 def group_proportions(
-    groups: np.ndarray, n_groups: int, o: Mapping[str, Any], generator: torch.Generator
+    groups: np.ndarray, n_groups: int, o: Mapping[str, Any], generator: NoiseSource
 ) -> tuple[np.ndarray, int]:
     """Group proportions p_r and the number of releases it took (0 or 1).
 
@@ -248,8 +254,8 @@ def fit(
     engine = engine_for(model, micro_batch=spec.micro_batch)
     labels = not isinstance(engine, LinearEngine)
     optimizer = core.make_optimizer(engine.params, spec)
-    g_sample = torch.Generator(device="cpu").manual_seed(seeds.sampling)
-    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    g_sample = sampling_generator(seeds.sampling)
+    g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     releases = {"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0}
 
     p_hat, n_count = group_proportions(groups, k, o, g_noise) if with_w else (np.full(k, 1.0 / k), 0)

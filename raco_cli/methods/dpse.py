@@ -68,7 +68,7 @@ from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for
-from raco_cli.privacy.mechanisms import gaussian_noise
+from raco_cli.privacy.mechanisms import NoiseSource, gaussian_noise, noise_source
 
 NAME = "dpse"
 PRIVATE = True
@@ -170,7 +170,7 @@ def run_event(spec: MethodSpec, sample_rate: float, steps: int, *, constrained: 
     return dpa.ComposedDpEvent([*stage1, dpa.SelfComposedDpEvent(dpa.ComposedDpEvent([g, g]), int(steps))])
 
 
-def _sym_noise(d: int, std: float, generator: torch.Generator) -> torch.Tensor:
+def _sym_noise(d: int, std: float, generator: NoiseSource) -> torch.Tensor:
     """Symmetric Gaussian noise: i.i.d. upper triangle (with diagonal), mirrored (Analyze-Gauss)."""
     z = gaussian_noise((d, d), std, generator, dtype=torch.float64)
     upper = torch.triu(z)
@@ -180,7 +180,7 @@ def _sym_noise(d: int, std: float, generator: torch.Generator) -> torch.Tensor:
 @torch.no_grad()
 def precursor_weights(
     X: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, counts: torch.Tensor, n_classes: int,
-    *, o: dict[str, Any], nm: dict[str, float], generator: torch.Generator,
+    *, o: dict[str, Any], nm: dict[str, float], generator: NoiseSource,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Stage 1 after the counts: private precursor, per-group s_k, budget weights w_k.
 
@@ -243,7 +243,7 @@ def fit(
     engine = engine_for(model, micro_batch=spec.micro_batch)
     labels = not isinstance(engine, LinearEngine)
     optimizer = core.make_optimizer(engine.params, spec)
-    g_noise = torch.Generator(device=device).manual_seed(seeds.noise)
+    g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     per_group = [dict.fromkeys(("gaussian_count", "gaussian_precursor", "gaussian_group_se", "gaussian_gradient", "gaussian_group_loss"), 0) for _ in range(k)]
 
     def released(kind: str, groups: range | list[int]) -> None:

@@ -100,19 +100,19 @@ class LinearEngine:
             if y is None:
                 raise ValueError("clipped_sum needs y or onehot")
             onehot = nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
-        g = row_softmax(z) - onehot
+        p = row_softmax(z)
+        g = p - onehot
         if c is not None:
-            pt = row_softmax(z, temperature)
+            pt = p if temperature == 1.0 else row_softmax(z, temperature)
             g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
-        if xnorm is None:
-            xnorm = torch.sqrt((X * X).sum(dim=1) + 1.0)
+        if xnorm is None:  # (precomputed rows come sanitised: see methods.core.Rows)
+            X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
+            xnorm = torch.where(torch.isfinite(g).all(dim=1), torch.sqrt((X * X).sum(dim=1) + 1.0), float("inf"))
         norms = g.norm(dim=1) * xnorm
         finite = torch.isfinite(norms)
         # non-finite rows: factor 0 and nan_to_num drop them without a device sync
         gs = torch.nan_to_num(g * clip_factors(norms, clip_norm, finite)[:, None], nan=0.0, posinf=0.0, neginf=0.0)
         clipped, norm_sum, nonfinite = _stats(norms, clip_norm, finite)
-        # a dropped row's zero factor times an inf/NaN feature is NaN: clear those features too
-        X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
         return ClippedSum(grads=[gs.t() @ X, gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 

@@ -31,6 +31,7 @@ README section "Noise source and floating point".
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -65,40 +66,49 @@ def noise_source(seed: int, device: torch.device | str, *, secure: bool) -> Nois
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def sampling_generator(seed: int) -> np.random.Generator:
+    """The generator of a run's Poisson samples (seeded, on the host).
+
+    Batches are drawn on the host with numpy: a numpy op costs about a microsecond against
+    several for a torch op on these short vectors, and the indices are needed on the host
+    anyway to read lazy feature stores; a seed gives the same batches on every device.
+    """
+    return np.random.default_rng(seed)
+
+
 def poisson_sample(
-    n: int, sample_rate: float, generator: torch.Generator, device: torch.device | str = "cpu", *, count: int = 1
+    n: int, sample_rate: float, generator: np.random.Generator, device: torch.device | str = "cpu", *, count: int = 1
 ) -> list[torch.Tensor]:
     """``count`` independent Poisson samples of ``range(n)``: each row in each sample w.p. q.
 
     Implemented with geometric gaps between included rows (the gaps between successes of
     i.i.d. Bernoulli(q) trials are i.i.d. Geometric(q)), which costs O(q n) draws instead of
-    n uniforms.  The ``count`` samples are one Bernoulli process over ``count * n`` virtual
-    rows, cut into ``count`` blocks, so they are independent.  Batch sizes are
-    Binomial(n, q) and may be 0 (an empty batch is a normal outcome).
+    n uniforms.  A gap is ``G = floor(log(V) / log(1 - q)) + 1`` with ``V = 1 - U`` uniform on
+    (0, 1], so ``P(G = k) = (1-q)^(k-1) q`` for k >= 1 (never 0: no duplicate rows).  The
+    ``count`` samples are one Bernoulli process over ``count * n`` virtual rows, cut into
+    ``count`` blocks, so they are independent.  Batch sizes are Binomial(n, q) and may be 0
+    (an empty batch is a normal outcome).
 
     Returns:
-        ``count`` sorted int64 index tensors.
+        ``count`` sorted int64 index tensors on ``device``.
     """
     total = count * n
     if sample_rate >= 1.0:
-        positions = torch.arange(total, dtype=torch.float64)
+        idx = np.arange(total, dtype=np.int64)
     else:
         expected = total * sample_rate
         chunk = int(expected + 6.0 * expected**0.5 + 16)
+        log_keep = math.log1p(-sample_rate)
         parts, last = [], -1.0
         while last < total:
-            gaps = torch.empty(chunk, dtype=torch.float64).geometric_(sample_rate, generator=generator)
-            pos = gaps.cumsum(0) + last
+            gaps = np.floor(np.log1p(-generator.random(chunk)) / log_keep) + 1.0
+            pos = np.cumsum(gaps) + last
             parts.append(pos)
             last = float(pos[-1])
-        positions = parts[0] if len(parts) == 1 else torch.cat(parts)
-        positions = positions[positions < total]
-    idx = positions.long()
-    if count == 1:
-        return [idx.to(device)]
-    cuts = torch.searchsorted(idx, torch.arange(1, count, dtype=torch.long) * n)
-    blocks = torch.tensor_split(idx, cuts)
-    return [(b - i * n).to(device) for i, b in enumerate(blocks)]
+        positions = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        idx = positions[positions < total].astype(np.int64)
+    cuts = np.searchsorted(idx, np.arange(1, count) * n)
+    return [torch.from_numpy(b - i * n).to(device) for i, b in enumerate(np.split(idx, cuts))]
 
 
 def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:

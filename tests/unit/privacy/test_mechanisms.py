@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise, poisson_sample
+from raco_cli.privacy.mechanisms import (
+    gaussian_noise,
+    laplace_noise,
+    poisson_sample,
+    sampling_generator,
+)
 
 
 def test_laplace_std_and_mean():
@@ -43,7 +48,7 @@ def test_noise_changes_every_call_and_replays_under_a_seed():
 
 @pytest.mark.parametrize("n,q", [(1000, 0.05), (30_000, 0.017), (50, 0.5)])
 def test_poisson_batch_statistics(n, q):
-    g = torch.Generator().manual_seed(3)
+    g = sampling_generator(3)
     sizes, counts = [], np.zeros(n)
     for _ in range(3000):
         (b,) = poisson_sample(n, q, g)
@@ -58,7 +63,7 @@ def test_poisson_batch_statistics(n, q):
 
 
 def test_two_poisson_samples_are_independent():
-    g = torch.Generator().manual_seed(4)
+    g = sampling_generator(4)
     overlap, sizes = [], []
     n, q = 2000, 0.1
     for _ in range(2000):
@@ -70,15 +75,15 @@ def test_two_poisson_samples_are_independent():
 
 
 def test_poisson_same_seed_same_batches_and_empty_batches_happen():
-    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    g1, g2 = sampling_generator(9), sampling_generator(9)
     for _ in range(5):
         assert torch.equal(poisson_sample(500, 0.02, g1)[0], poisson_sample(500, 0.02, g2)[0])
-    g = torch.Generator().manual_seed(0)
+    g = sampling_generator(0)
     sizes = [len(poisson_sample(100, 0.005, g)[0]) for _ in range(500)]
     assert 0 in sizes
 
 
 def test_full_sampling_rate_takes_every_row():
-    g = torch.Generator().manual_seed(0)
+    g = sampling_generator(0)
     a, b = poisson_sample(7, 1.0, g, count=2)
     assert a.tolist() == list(range(7)) == b.tolist()
