@@ -321,7 +321,7 @@ def run(
     # optional release hook (raco audit, debugging): sees every noisy release as it happens
     on_release = getattr(reporter, "on_release", None)
     independent = constrained and spec.sampling == "independent"
-    clip = spec.clip_norm if flags.private else None
+    clip = spec.clip_norm  # private runs always clip; non-private ones only when asked (Fig. 8a)
     noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
