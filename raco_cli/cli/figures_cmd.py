@@ -21,6 +21,11 @@ from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknow
 DEFAULT_OUT = Path("outputs/figures")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def default_uri() -> str:
     """``tracking.uri`` of ``conf/tracking/mlflow.yaml`` (relative to the working directory)."""
     import yaml
@@ -87,7 +92,7 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
 def figures_main(argv: list[str]) -> int:
     from raco_cli.figures.specs import FIGURES
 
-    parser = argparse.ArgumentParser(prog="raco figures", description="Draw paper figures from MLflow runs.")
+    parser = _Parser(prog="raco figures", description="Draw paper figures from MLflow runs.")
     parser.add_argument("names", nargs="*", help=f"figures (default: all): {', '.join(FIGURES)}")
     parser.add_argument("--smoke", action="store_true", help="read the SMOKE=1 experiments (<experiment>_smoke)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default outputs/figures)")
@@ -129,7 +134,7 @@ def report_main(argv: list[str]) -> int:
     from raco_cli.figures.report import report
     from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
 
-    parser = argparse.ArgumentParser(prog="raco report", description="Pareto table and constraint satisfaction of an experiment.")
+    parser = _Parser(prog="raco report", description="Pareto table and constraint satisfaction of an experiment.")
     parser.add_argument("experiment", help="MLflow experiment (a sweep's tracking.experiment, e.g. fig4_adult)")
     parser.add_argument("--all", action="store_true", help="list every configuration, not only the Pareto front")
     parser.add_argument("--x", default=None, help="constraint metric (default: from the runs' constraint: dp_gap, eo_gap, fnr)")

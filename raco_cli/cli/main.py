@@ -110,6 +110,12 @@ def _train(argv: list[str]) -> int:
 
     sys.argv = ["raco train", *argv]
     hydra_entry()
+    from raco_cli.cli.sweeper import LAST_SWEEP
+
+    if LAST_SWEEP.get("failed"):  # the other jobs ran; scripts still learn that some did not
+        print(f"error: {LAST_SWEEP['failed']} of {LAST_SWEEP['jobs']} sweep jobs failed (recorded FAILED in MLflow; "
+              "their errors are above). Run the same command again to retry only the unfinished jobs.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -154,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except RacoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # finished runs, trials and files are kept; the same command resumes
+        print(f"raco {command}: interrupted. Finished work is kept; run the same command again to resume.", file=sys.stderr)
+        return 130
     print(f"error: unknown command '{command}'. Available: audit, data, figures, privacy, report, runs, train, tune. See raco --help.", file=sys.stderr)
     return 2
 

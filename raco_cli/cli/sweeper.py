@@ -42,6 +42,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 log = logging.getLogger(__name__)
 
 SMOKE_SUFFIX = "_smoke"
+# Outcome of the last sweep in this process, read by ``raco train`` for its exit code.
+LAST_SWEEP: dict[str, int] = {}
 
 
 @dataclass
@@ -252,15 +254,18 @@ class RacoSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         todo = [o for o, _, _ in keyed]
         size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(todo), 1)
+        from hydra.core.utils import JobStatus
+
         returns = []
-        initial_job_idx = 0
+        initial_job_idx, failed = 0, 0
         for start in range(0, len(todo), size):
             batch = todo[start : start + size]
             results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
-            for r in results:
-                _ = r.return_value
+            # a failed job returns None (raco train records it FAILED in MLflow and goes on)
+            failed += sum(1 for r in results if r.status != JobStatus.COMPLETED or r.return_value is None)
             initial_job_idx += len(batch)
             returns.append(results)
+        LAST_SWEEP.update(jobs=len(todo), failed=failed, skipped=skipped)
         return returns
 
 

@@ -31,8 +31,8 @@ method.temperature          [1, 10]               tau in [1, 10]
 Learning rates: our update divides the noisy clipped gradient sum by q|D| (a mean over the
 expected batch) and the dual gradient is a rate difference of order 0.1, so steps in the
 paper's [1e-4, 0.1] barely move the model within the few hundred steps eps allows (Adult, DP,
-eps=1, gamma=0.05: test accuracy 0.812 at lr = lr_dual = 0.1 vs 0.832 at the shipped lr=3,
-lr_dual=0.5, one seed).  We therefore search [0.01, 10] on a log scale.
+eps=1, gamma=0.05: test accuracy 0.812 at lr = lr_dual = 0.1 vs 0.832 at lr=3, lr_dual=0.5,
+one seed; the shipped defaults are lr=4, lr_dual=1).  We therefore search [0.01, 10] on a log scale.
 """
 
 from __future__ import annotations
@@ -181,13 +181,25 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     storage = str(opts["storage"])
     if storage.startswith("sqlite:///"):
         Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own lines report trials; no tracebacks on Ctrl-C
+
+    # Optuna >= 5 reads feasibility from Trial.set_constraint; older releases need constraints_func.
+    native_constraints = hasattr(optuna.trial.Trial, "set_constraint")
 
     def constraints(trial: Any) -> list[float]:
         return [float(trial.user_attrs.get("violation", 1.0))]
 
-    sampler = optuna.samplers.TPESampler(seed=opts["sampler_seed"], constraints_func=constraints)
-    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True)
+    def set_violation(trial: Any, violation: float) -> None:
+        trial.set_user_attr("violation", violation)
+        if native_constraints:
+            trial.set_constraint("violation", violation)
+
+    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
+    # A resumed search must not redraw the random start-up points of the first session, so the
+    # sampler's seed moves on with the number of trials already in the study.
+    seed = int(opts["sampler_seed"]) + len(study.get_trials(deepcopy=False))
+    kw = {} if native_constraints else {"constraints_func": constraints}
+    study.sampler = optuna.samplers.TPESampler(seed=seed, **kw)
     study.set_user_attr("overrides", overrides)
     requeued = _requeue_interrupted(study)
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
@@ -215,18 +227,19 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
                 viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
         except RacoError as exc:  # e.g. a batch size whose budget allows no step: infeasible
             trial.set_user_attr("error", str(exc))
-            trial.set_user_attr("violation", 1.0)
+            set_violation(trial, 1.0)
             log(f"trial {trial.number}: {exc}")
             return 0.0
         value = sum(accs) / len(accs)
         violation = max(viols)
-        trial.set_user_attr("violation", violation)
+        set_violation(trial, violation)
         trial.set_user_attr("overrides", ovr)
         trial.set_user_attr("val_accuracy_per_seed", accs)
         best = best_feasible(study.get_trials(deepcopy=False))
-        best_v = best.value if best is not None else float("nan")
+        so_far = [v for v in (best.value if best is not None else None, value if violation <= 0 else None) if v is not None]
         log(f"trial {trial.number}: val acc {value:.4f}, train violation {violation:+.4f} "
-            f"({'feasible' if violation <= 0 else 'infeasible'}); best feasible so far {max(best_v, value if violation <= 0 else -1):.4f}")
+            f"({'feasible' if violation <= 0 else 'infeasible'}); best feasible so far "
+            + (f"{max(so_far):.4f}" if so_far else "none"))
         return value
 
     if remaining > 0:
