@@ -257,12 +257,15 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     if ds_name not in data.DATASETS:
         raise unknown_name("dataset", ds_name, data.DATASETS)
     subset = _integer(ds, "subset", "dataset.subset", "rows kept per split (null = all).", optional=True)
+    split_seed = int(_integer(ds, "split_seed", "dataset.split_seed", "the fixed split seed.") or 0)
+    if not 0 <= split_seed < 2**32:  # numpy / scikit-learn seed range
+        raise ConfigError(f"dataset.split_seed must be an integer in [0, 2^32 - 1] (got dataset.split_seed={split_seed}).")
     if subset is not None and subset < 10:
         raise ConfigError(f"dataset.subset must be >= 10 or null (got {subset}).")
     mirror = ds.get("mirror")
     dataset = DatasetSpec(
         name=ds_name,
-        split_seed=int(_integer(ds, "split_seed", "dataset.split_seed", "the fixed split seed.") or 0),
+        split_seed=split_seed,
         subset=subset,
         download=_boolean(ds, "download", "dataset.download", "download missing files."),
         mirror=str(mirror) if mirror else None,

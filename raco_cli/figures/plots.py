@@ -1,8 +1,9 @@
 """Paper-style figures from run records (matplotlib, Agg backend; PNG + PDF).
 
 * trade-off (Figs. 2, 4-7, 8b, 9): y (test accuracy or error) vs the test constraint value,
-  one curve per method and eps; mean over seeds with a 95 % CI band (and x error bars); the
-  Pareto front of each curve drawn solid with filled markers, dominated configurations hollow;
+  one curve per method and eps; mean over seeds with a 95 % CI band (and x error bars) along
+  the curve, drawn from 3 seeds on; the Pareto front of each curve drawn solid with filled
+  markers, dominated configurations hollow;
   published baseline points overlaid; optional dashed lines at the gamma targets.
 * satisfaction (Fig. 3): achieved hard constraint vs accuracy per run, one colour per gamma,
   the gamma targets as dashed lines of the same colour.
@@ -23,6 +24,7 @@ from raco_cli.figures.published import PublishedPoint
 from raco_cli.figures.specs import METHOD_LABEL, X_LABEL, FigureSpec
 
 MARKERS = {"raco_dp": "o", "dp_fermi": "s", "sgda": "D", "sgd": "v", "dp_sgd": "^", "dpse": "P"}
+MIN_SEEDS_FOR_BAND = 3  # CI bands and bars need this many seeds per configuration
 PUBLISHED_MARKERS = {"DP-FERMI": "x", "Tran et al. 2021a": "+", "Tran et al. 2021b": "*", "Jagielski et al. 2019": "1"}
 
 
@@ -99,13 +101,16 @@ def tradeoff(
         marker = MARKERS.get(method, "o")
         xs = [p.x.mean for p in cpts]
         ys = [p.y.mean for p in cpts]
-        lo = [max(p.y.mean - (p.y.ci if math.isfinite(p.y.ci) else 0), 0.0) for p in cpts]
-        hi = [min(p.y.mean + (p.y.ci if math.isfinite(p.y.ci) else 0), 1.0) for p in cpts]
-        ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-        ax.errorbar(xs, ys, xerr=[p.x.ci if math.isfinite(p.x.ci) else 0 for p in cpts], fmt="none",
-                    ecolor=color, alpha=0.4, linewidth=0.8)
         front = front_of(cpts, maximize_y=maximize)
         fx, fy = [xs[i] for i in front], [ys[i] for i in front]
+        # the 95 % band (y) and bars (x) follow the drawn curve; with fewer than 3 seeds a t
+        # interval is uninformative (t = 12.7 for 2) and would only hide the curves
+        banded = [cpts[i] for i in front if cpts[i].n >= MIN_SEEDS_FOR_BAND]
+        if banded:
+            ax.fill_between([p.x.mean for p in banded], [max(p.y.mean - _finite(p.y.ci), 0.0) for p in banded],
+                            [min(p.y.mean + _finite(p.y.ci), 1.0) for p in banded], color=color, alpha=0.15, linewidth=0)
+            ax.errorbar([p.x.mean for p in banded], [p.y.mean for p in banded], xerr=[_finite(p.x.ci) for p in banded],
+                        fmt="none", ecolor=color, alpha=0.4, linewidth=0.8)
         hollow = [i for i in range(len(cpts)) if i not in set(front)]
         hollow_dual = "method.dual" in spec.series and "soft" in series
         ax.plot(fx, fy, style, color=color, marker=marker, markersize=5,
@@ -135,6 +140,10 @@ def tradeoff(
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 if len(by_curve) + len(published) < 16 else 2,
               framealpha=0.8, borderaxespad=0.0)
     return save(fig, out_dir, spec.name)
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else 0.0
 
 
 def _fit_limits(ax: Any, xs: Sequence[float], ys: Sequence[float]) -> None:
