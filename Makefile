@@ -65,7 +65,22 @@ bench: $(STAMP) ## time per step on Adult, batch 512: make bench ARGS="--methods
 bench-celeba: $(STAMP) ## ResNet16 images/s: RaCO-DP, DP-SGD vs SGD on one device (ARGS="--image-size 64 --dataset celeba")
 	$(BIN)/python -m raco_cli.bench_images $(ARGS)
 
+sweep-%: $(STAMP) ## run a paper sweep: make sweep-fig4_adult [SMOKE=1] [ARGS=...]
+	$(RACO) train +sweep=$* $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS)
+
+figures: $(STAMP) ## every paper figure with runs in MLflow -> outputs/figures/ [SMOKE=1]
+	$(RACO) figures $(if $(SMOKE),--smoke) $(ARGS)
+
+fig-%: $(STAMP) ## one figure: make fig-fig4_adult [SMOKE=1]
+	$(RACO) figures $* $(if $(SMOKE),--smoke) $(ARGS)
+
+report-%: $(STAMP) ## Pareto table + satisfaction of an experiment: make report-fig4_adult
+	$(RACO) report $* $(ARGS)
+
+ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db --host 127.0.0.1 --port 5000
+
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba clean-outputs
+.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba figures ui clean-outputs

@@ -44,6 +44,10 @@ class OutputError(RacoError, OSError):
     """The run directory cannot be written (read-only, full disk, not a directory)."""
 
 
+class NoRunsError(RacoError, LookupError):
+    """A figure or report has no finished runs to read; the message names the sweep to run."""
+
+
 # --- message templates --------------------------------------------------------------------
 
 UNKNOWN_NAME = "Unknown {kind} '{name}'. Available: {available}."
@@ -79,6 +83,10 @@ BUDGET_EXCEEDED = (
 OUTPUT_NOT_WRITABLE = (
     "Cannot write to the output directory {path}: {reason}. Free some space or choose a "
     "writable location with hydra.run.dir=<dir> (sweeps: hydra.sweep.dir=<dir>)."
+)
+NO_RUNS = (
+    "No finished runs for {what} in MLflow experiment '{experiment}' ({uri}). "
+    "Run the sweep first: make sweep-{sweep}{smoke}"
 )
 NOISE_UNREACHABLE = (
     "Cannot reach eps={eps} (delta={delta}, steps={steps}, sample_rate={sample_rate:.4g}): "

@@ -20,8 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from raco_cli.errors import DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
 from raco_cli.methods.base import MethodSpec
 
-# keys excluded from the config hash: they do not change what a run computes
-_HASH_EXCLUDED = ("tracking", "hydra", "device", "paths")
+# keys excluded from the config hash: they do not change what a run computes (where the
+# data files are read from is checksum-verified; the device changes nothing but speed).
+# Everything else is in, the seed included: the hash identifies one computation.
+_HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download")
 
 
 @dataclass(frozen=True)
@@ -183,10 +185,41 @@ def _constraint_spec(con: Mapping[str, Any]) -> ConstraintSpec:
 
 
 def config_hash(cfg: Mapping[str, Any]) -> str:
-    """A stable hash of what a run computes (excludes tracking, paths, device, hydra)."""
-    plain = {k: v for k, v in cfg.items() if k not in _HASH_EXCLUDED}
+    """A stable hash of what a run computes (excludes tracking, paths, device, hydra, where
+    the data is read from); the seed is included.  Sweeps skip jobs whose hash already has a
+    FINISHED run in the experiment (:mod:`raco_cli.cli.sweeper`).
+
+    >>> config_hash({"seed": 0, "tracking": {"uri": "a"}}) == config_hash({"seed": 0, "tracking": {"uri": "b"}})
+    True
+    >>> config_hash({"seed": 0}) == config_hash({"seed": 1})
+    False
+    >>> config_hash({"eps": 1}) == config_hash({"eps": 1.0})
+    True
+    """
+    plain = _without(cfg, _HASH_EXCLUDED)
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _without(cfg: Mapping[str, Any], excluded: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in cfg.items():
+        path = f"{prefix}{key}"
+        if path in excluded:
+            continue
+        out[key] = _without(value, excluded, path + ".") if isinstance(value, Mapping) else _canonical(value)
+    return out
+
+
+def _canonical(value: Any) -> Any:
+    """``eps=1`` and ``eps=1.0`` compute the same run: numbers hash as floats."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
@@ -224,12 +257,15 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     if ds_name not in data.DATASETS:
         raise unknown_name("dataset", ds_name, data.DATASETS)
     subset = _integer(ds, "subset", "dataset.subset", "rows kept per split (null = all).", optional=True)
+    split_seed = int(_integer(ds, "split_seed", "dataset.split_seed", "the fixed split seed.") or 0)
+    if not 0 <= split_seed < 2**32:  # numpy / scikit-learn seed range
+        raise ConfigError(f"dataset.split_seed must be an integer in [0, 2^32 - 1] (got dataset.split_seed={split_seed}).")
     if subset is not None and subset < 10:
         raise ConfigError(f"dataset.subset must be >= 10 or null (got {subset}).")
     mirror = ds.get("mirror")
     dataset = DatasetSpec(
         name=ds_name,
-        split_seed=int(_integer(ds, "split_seed", "dataset.split_seed", "the fixed split seed.") or 0),
+        split_seed=split_seed,
         subset=subset,
         download=_boolean(ds, "download", "dataset.download", "download missing files."),
         mirror=str(mirror) if mirror else None,

@@ -15,7 +15,11 @@ usage: raco <command> [options]
 Differentially private learning under rate constraints (RaCO-DP and baselines).
 
 commands:
-  train [overrides]     train one model (Hydra overrides; --multirun/-m for sweeps)
+  train [overrides]     train one model (Hydra overrides; --multirun/-m for sweeps,
+                        +sweep=<figure> for a paper sweep)
+  tune [overrides]      hyperparameter search (Optuna, paper App. E.2) + retrain over seeds
+  figures [NAME ...]    paper figures from MLflow -> outputs/figures/ (PNG + PDF)
+  report EXPERIMENT     Pareto table and hard-constraint satisfaction of an experiment
   privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
   data list|fetch|info  datasets: presence, download + checksum, split statistics
   audit [overrides]     empirical privacy audit: eps lower bound vs accounted eps
@@ -24,6 +28,9 @@ commands:
 examples:
   raco train dataset=adult constraint=dp eps=1
   raco train --multirun eps=0.5,1,2 seed=0,1,2 hydra/launcher=joblib
+  raco train +sweep=fig4_adult hydra.sweeper.smoke=true      # = SMOKE=1 make sweep-fig4_adult
+  raco figures fig4_adult && raco report fig4_adult
+  raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05 tune.trials=20
   raco privacy epsilon --steps 1000 --sample-rate 0.01 --noise-multiplier 1 --hist-noise-multiplier 2 --delta 1e-5
   raco data list
   raco audit dataset=adult eps=1
@@ -44,8 +51,18 @@ def train_help() -> str:
     ]
     for group in GROUPS:
         opts = group_options(group)
-        if opts:
+        if opts and group != "sweep":
             lines.append(f"  {group:<11} {', '.join(opts)}")
+    lines += [
+        "",
+        "paper sweeps (+sweep=NAME; grids, MLflow experiment: sweeps/NAME.yaml; make sweep-NAME):",
+    ]
+    for name in group_options("sweep"):
+        lines.append(f"  {name:<20} {_sweep_summary(name)}")
+    lines += [
+        "  options: hydra.sweeper.smoke=true (tiny version)  hydra.sweeper.only=[raco_dp,...] (some grids)",
+        "           hydra.sweeper.resume=false (re-run finished jobs)  hydra/launcher=local|joblib|slurm|submitit_local",
+    ]
     lines += [
         "",
         "top-level keys:",
@@ -61,6 +78,16 @@ def train_help() -> str:
         "  raco train --cfg job            # print the composed config and exit",
     ]
     return "\n".join(lines)
+
+
+def _sweep_summary(name: str) -> str:
+    """First comment line of a sweep file (its one-line description)."""
+    from raco_cli.cli.paths import SWEEPS_DIR
+
+    for line in (SWEEPS_DIR / f"{name}.yaml").read_text().splitlines():
+        if line.startswith("# ") and "@package" not in line:
+            return line[2:].strip()
+    return ""
 
 
 def _train(argv: list[str]) -> int:
@@ -83,6 +110,12 @@ def _train(argv: list[str]) -> int:
 
     sys.argv = ["raco train", *argv]
     hydra_entry()
+    from raco_cli.cli.sweeper import LAST_SWEEP
+
+    if LAST_SWEEP.get("failed"):  # the other jobs ran; scripts still learn that some did not
+        print(f"error: {LAST_SWEEP['failed']} of {LAST_SWEEP['jobs']} sweep jobs failed (recorded FAILED in MLflow; "
+              "their errors are above). Run the same command again to retry only the unfinished jobs.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -100,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "train":
             return _train(rest)
+        if command in ("figures", "report"):
+            from raco_cli.cli import figures_cmd
+
+            return figures_cmd.main(command, rest)
+        if command == "tune":
+            from raco_cli.cli import tune_cmd
+
+            return tune_cmd.main(rest)
         if command == "privacy":
             from raco_cli.cli import privacy_cmd
 
@@ -119,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     except RacoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"error: unknown command '{command}'. Available: audit, data, privacy, runs, train. See raco --help.", file=sys.stderr)
+    except KeyboardInterrupt:  # finished runs, trials and files are kept; the same command resumes
+        print(f"raco {command}: interrupted. Finished work is kept; run the same command again to resume.", file=sys.stderr)
+        return 130
+    print(f"error: unknown command '{command}'. Available: audit, data, figures, privacy, report, runs, train, tune. See raco --help.", file=sys.stderr)
     return 2
 
 

@@ -10,12 +10,29 @@ CONF_DIR = PROJECT_ROOT / "conf"
 SWEEPS_DIR = PROJECT_ROOT / "sweeps"
 
 
+def cpu_count() -> int:
+    """Cores this process may use (affinity-aware); ``RACO_JOBS`` overrides it."""
+    env = os.environ.get("RACO_JOBS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS
+        return max(1, os.cpu_count() or 1)
+
+
 def register_resolvers() -> None:
-    """OmegaConf resolvers used by conf/: ``${raco_root:}`` is the project directory."""
+    """What composing conf/ needs: the OmegaConf resolvers (``${raco_root:}`` is the project
+    directory, ``${raco_cpus:}`` the usable cores) and the ``raco`` sweeper's config."""
     from omegaconf import OmegaConf
+
+    from raco_cli.cli.sweeper import register
 
     if not OmegaConf.has_resolver("raco_root"):
         OmegaConf.register_new_resolver("raco_root", lambda: str(PROJECT_ROOT))
+    if not OmegaConf.has_resolver("raco_cpus"):
+        OmegaConf.register_new_resolver("raco_cpus", cpu_count)
+    register()
 
 
 def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -29,4 +46,4 @@ def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     return sorted(names)
 
 
-GROUPS = ("dataset", "constraint", "method", "model", "tracking", "experiment", "debug")
+GROUPS = ("dataset", "constraint", "method", "model", "tracking", "experiment", "debug", "sweep")

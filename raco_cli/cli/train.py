@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from raco_cli.cli.build import RunSpec, build_run_spec
 from raco_cli.cli.paths import CONF_DIR, register_resolvers
-from raco_cli.errors import RacoError
+from raco_cli.errors import RacoError, TrackingError
 
 log = logging.getLogger(__name__)
+RUN_ID_FILE = ".mlflow_run_id"  # written once the job's MLflow run exists
 
 
 class _Progress:
@@ -64,7 +65,30 @@ class _FanOut:
             r.on_eval(record)
 
 
+_DATA_CACHE: dict[str, Any] = {}
+_DATA_CACHE_SIZE = 2
+
+
 def load_data(spec: RunSpec):
+    """Load (and subset) the run's dataset.
+
+    Parallel sweep workers run many jobs in one process, so the last two datasets loaded are
+    kept in memory (TabularData is immutable): a sweep parses each file once per worker.
+    """
+    import json
+
+    ds = spec.dataset
+    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options)], sort_keys=True, default=str)
+    if key in _DATA_CACHE:
+        return _DATA_CACHE[key]
+    loaded = _load_data(spec)
+    while len(_DATA_CACHE) >= _DATA_CACHE_SIZE:
+        _DATA_CACHE.pop(next(iter(_DATA_CACHE)))
+    _DATA_CACHE[key] = loaded
+    return loaded
+
+
+def _load_data(spec: RunSpec):
     from raco_cli import data
 
     ds = spec.dataset
@@ -224,6 +248,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         from raco_cli.tracking.mlflow_store import RunRecorder
 
         tags = {
+            **extra_tags(resolved),
             "method": spec.method.name,
             "dataset": spec.dataset.name,
             "constraint": spec.constraint.name,
@@ -245,6 +270,8 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             tags=tags,
             parent_sweep_dir=sweep_dir,
         )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
     progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}")
     status = "FAILED"
     try:
@@ -320,6 +347,13 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
     except KeyboardInterrupt:
         status = "KILLED"
         raise
+    except Exception as exc:
+        if recorder is not None:
+            try:
+                recorder.set_tags({"raco.error": f"{type(exc).__name__}: {exc}"[:5000]})
+            except Exception:  # noqa: BLE001 - keep the original error
+                log.exception("could not tag the failed run")
+        raise
     finally:
         progress.close()
         if recorder is not None:
@@ -332,6 +366,43 @@ def _common_gamma(gammas: Any, default: float) -> float | None:
     if not values:
         return default
     return values.pop() if len(values) == 1 else None
+
+
+def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:
+    """``tracking.tags`` as MLflow tags (sweeps tag their runs with ``sweep``)."""
+    tags = (resolved.get("tracking") or {}).get("tags") or {}
+    return {str(k): str(v) for k, v in tags.items() if v is not None}
+
+
+def record_failure(cfg: DictConfig, run_dir: Path, sweep_dir: Path | None, error: BaseException) -> None:
+    """Record a sweep job that failed before its MLflow run existed (e.g. an unreachable budget
+    for one grid point) as a FAILED run carrying the one-line error, so the sweep's record is
+    complete; the sweep goes on.  Does nothing when tracking is off or the config is unusable."""
+    try:
+        spec = build_run_spec(cfg)
+    except Exception:  # noqa: BLE001 - the config itself is what failed; nothing to attach it to
+        return
+    if not spec.tracking.enabled or spec.tracking.uri is None:
+        return
+    from raco_cli.tracking.mlflow_store import RunRecorder
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    tags = {
+        **extra_tags(resolved),
+        "method": spec.method.name,
+        "dataset": spec.dataset.name,
+        "constraint": spec.constraint.name,
+        "raco.config_hash": spec.config_hash,
+        "raco.run_dir": str(run_dir),
+        "raco.error": f"{type(error).__name__}: {error}"[:5000],
+    }
+    name = spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+    recorder = RunRecorder(
+        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=name, params=resolved, tags=tags,
+        parent_sweep_dir=sweep_dir,
+    )
+    recorder.finish("FAILED")
 
 
 def _spec_dict(spec: Any) -> dict[str, Any]:
@@ -368,6 +439,18 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
     recorder.set_tags({"satisfied": str(summary["satisfied"]).lower(), "private": str(summary["private"]).lower()})
     for path in artifacts:
         recorder.log_artifact(path)
+
+
+def _has_run(run_dir: Path) -> bool:
+    """Whether train() got as far as creating the job's MLflow run (it then marked it FAILED)."""
+    return (Path(run_dir) / RUN_ID_FILE).exists()
+
+
+def _record_quietly(cfg: DictConfig, run_dir: Path, sweep_dir: Path | None, exc: BaseException) -> None:
+    try:
+        record_failure(cfg, run_dir, sweep_dir, exc)
+    except Exception:  # noqa: BLE001 - recording a failure must not fail the sweep
+        log.exception("could not record the failed job in MLflow")
 
 
 def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
@@ -413,11 +496,14 @@ def hydra_entry() -> None:
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
         multirun = hc.mode == RunMode.MULTIRUN
+        sweep_dir = Path(hc.sweep.dir) if multirun else None
         try:
-            summary = train(cfg, run_dir=run_dir, sweep_dir=Path(hc.sweep.dir) if multirun else None)
+            summary = train(cfg, run_dir=run_dir, sweep_dir=sweep_dir)
         except RacoError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            if multirun:  # one bad job must not stop the sweep
+            if multirun:  # one bad job must not stop the sweep; its failure is recorded
+                if not isinstance(exc, TrackingError) and not _has_run(run_dir):
+                    _record_quietly(cfg, run_dir, sweep_dir, exc)
                 return None
             raise SystemExit(2) from None
         except Exception as exc:  # a bug: keep the traceback; in a sweep, record and go on
@@ -425,6 +511,8 @@ def hydra_entry() -> None:
                 raise
             log.exception("job failed")
             print(f"error: job {hc.job.num} failed: {type(exc).__name__}: {exc} (traceback in {run_dir})", file=sys.stderr)
+            if not _has_run(run_dir):
+                _record_quietly(cfg, run_dir, sweep_dir, exc)
             return None
         print(format_result(summary, run_dir), flush=True)
         return float(summary["metrics"]["val"]["accuracy"])

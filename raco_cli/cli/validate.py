@@ -147,8 +147,41 @@ def _variants(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[l
     return variants
 
 
+def _grid_jobs(cfg, overrides: list[str]) -> list[tuple[str, list[list[str]]]]:
+    """Per grid of a sweep file (``hydra.sweeper.grids``): the override variants to validate."""
+    from omegaconf import OmegaConf
+
+    from raco_cli.cli.sweeper import grid_overrides
+
+    sw = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper") or OmegaConf.create({}), resolve=False)
+    assert isinstance(sw, dict)
+    grids = sw.get("grids") or {}
+    if not grids:
+        return []
+    only = sw.get("only")
+    names = [only] if isinstance(only, str) else list(only or [])
+    unknown = [n for n in names if n not in grids]
+    if unknown:
+        raise ConfigError(f"hydra.sweeper.only names unknown grid(s) {', '.join(unknown)}. Available: {', '.join(grids)}.")
+    smoke = bool(sw.get("smoke"))
+    out = []
+    for name, grid in grids.items():
+        if names and name not in names:
+            continue
+        ovr = grid_overrides(
+            grid, overrides, smoke_params=sw.get("smoke_params") if smoke else None,
+            smoke_overrides=sw.get("smoke_overrides") if smoke else None,
+        )
+        try:
+            out.append((name, _variants(ovr)))
+        except ConfigError as exc:
+            raise ConfigError(f"Sweep grid '{name}': {exc} Run the other grids with hydra.sweeper.only=[{','.join(g for g in grids if g != name)}].") from None
+    return out
+
+
 def prevalidate(args: Sequence[str]) -> None:
-    """Compose the config for every override variant and validate it.
+    """Compose the config for every override variant and validate it; for a sweep file
+    (``+sweep=<name>``) also every value of every axis of its grids.
 
     Raises:
         ConfigError: the first problem, as one line.
@@ -163,20 +196,33 @@ def prevalidate(args: Sequence[str]) -> None:
     if extra:  # compose as Hydra will: the extra directories join the search path
         searchpath = ",".join(f"file://{d}" for d in extra)
         variants = [[f"hydra.searchpath=[{searchpath}]", *v] for v in variants]
+    sweeper_args = [a for a in args if a.lstrip("+").startswith("hydra.sweeper.")]
+
+    def check(variant: list[str], context: str = "") -> None:
+        try:
+            cfg = compose(config_name="config", overrides=variant)
+        except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
+            raise ConfigError(f"{context}Invalid override in {variant}: {_first_line(exc)}") from None
+        try:
+            build_run_spec(cfg)
+        except ConfigError as exc:
+            raise ConfigError(f"{context}{exc}") from None
+        except Exception as exc:  # noqa: BLE001 - interpolation errors while resolving
+            raise ConfigError(f"{context}Invalid configuration: {_first_line(exc)}") from None
+
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for variant in variants:
+                check(variant)
+            if any(o.lstrip("+").startswith("sweep=") for o in overrides):
                 try:
-                    cfg = compose(config_name="config", overrides=variant)
-                except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
-                    raise ConfigError(f"Invalid override in {variant}: {_first_line(exc)}") from None
-                try:
-                    build_run_spec(cfg)
-                except ConfigError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - interpolation errors while resolving
-                    raise ConfigError(f"Invalid configuration: {_first_line(exc)}") from None
+                    full = compose(config_name="config", overrides=[*variants[0], *sweeper_args], return_hydra_config=True)
+                except Exception as exc:  # noqa: BLE001 - a bad hydra.sweeper.* value
+                    raise ConfigError(f"Invalid override in {sweeper_args}: {_first_line(exc)}") from None
+                for name, grid_variants in _grid_jobs(full, overrides):
+                    for variant in grid_variants:
+                        check(variant, context=f"Sweep grid '{name}': ")
     finally:
         GlobalHydra.instance().clear()
 

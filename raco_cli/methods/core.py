@@ -36,6 +36,7 @@ from raco_cli.methods.base import (
     select_checkpoint,
 )
 from raco_cli.methods.gradients import LinearEngine, engine_for, resolve_precision, row_softmax
+from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate
 from raco_cli.privacy.mechanisms import (
     gaussian_noise,
@@ -321,14 +322,14 @@ def run(
     # optional release hook (raco audit, debugging): sees every noisy release as it happens
     on_release = getattr(reporter, "on_release", None)
     independent = constrained and spec.sampling == "independent"
-    clip = spec.clip_norm if flags.private else None
+    clip = spec.clip_norm  # private runs always clip; non-private ones only when asked (Fig. 8a)
     noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
     checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
     zero = torch.zeros((), device=device)
     clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
-    step_time = 0.0
+    clock = StepClock()
     releases = {"laplace_histogram": 0, "gaussian_gradient": 0}
 
     def record(step: int) -> None:
@@ -382,7 +383,7 @@ def run(
         evaluate_now = t % spec.eval_every == 0 or t == steps
         if evaluate_now and device.type == "cuda":  # queued kernels belong to the steps' time
             torch.cuda.synchronize(device)
-        step_time += time.perf_counter() - t0
+        clock.add(time.perf_counter() - t0)
         batch_sum += len(batch)
         reporter.on_step(t, steps, {"batch": float(len(batch))})
         if evaluate_now:
@@ -401,9 +402,10 @@ def run(
             "clip_fraction": float(clipped) / max(batch_sum, 1),
             "mean_grad_norm": float(norm_sum) / max(batch_sum, 1),
             "nonfinite_rows": float(nonfinite),
-            "time_per_step_ms": 1000.0 * step_time / T,
+            "time_per_step_ms": clock.steady_ms,  # first (warm-up) step excluded
+            "first_step_ms": clock.first_ms,
             # training examples (gradient-batch rows) per second of step time, evaluation excluded
-            "throughput_images_per_s": batch_sum / step_time if step_time > 0 else 0.0,
+            "throughput_images_per_s": batch_sum / clock.total_s if clock.total_s > 0 else 0.0,
             "sample_rate": q,
         },
         releases=releases,

@@ -69,6 +69,7 @@ from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
+from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import events
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
@@ -267,7 +268,8 @@ def fit(
 
     checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
     zero = torch.zeros((), device=device)
-    clipped, clipped_w, norm_sum, nonfinite, batch_sum, step_time = zero.long(), zero.long(), zero, zero.long(), 0, 0.0
+    clipped, clipped_w, norm_sum, nonfinite, batch_sum = zero.long(), zero.long(), zero, zero.long(), 0
+    clock = StepClock()
 
     def record(step: int) -> None:
         checkpoints.record(step, [float(v) for v in W.flatten().cpu()])
@@ -303,7 +305,7 @@ def fit(
         optimizer.step(grads, scale=1.0 / expected_batch)
         if with_w:
             W = project_ball(W + (spec.lr_dual / expected_batch) * G_w, o["w_radius"])
-        step_time += time.perf_counter() - t0
+        clock.add(time.perf_counter() - t0)
         batch_sum += len(batch)
         reporter.on_step(t, steps, {"batch": float(len(batch))})
         if t % spec.eval_every == 0 or t == steps:
@@ -323,7 +325,8 @@ def fit(
             "clip_fraction_w": float(clipped_w) / max(batch_sum, 1),
             "mean_grad_norm": float(norm_sum) / max(batch_sum, 1),
             "nonfinite_rows": float(nonfinite),
-            "time_per_step_ms": 1000.0 * step_time / T,
+            "time_per_step_ms": clock.steady_ms,  # first (warm-up) step excluded
+            "first_step_ms": clock.first_ms,
             "sample_rate": q,
             "fermi_lambda": lam,
             **{f"group_proportion_{name}": float(v) for name, v in zip(data.group_names, p_hat)},

@@ -68,6 +68,7 @@ from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for
+from raco_cli.methods.timing import StepClock
 from raco_cli.privacy.mechanisms import NoiseSource, gaussian_noise, noise_source
 
 NAME = "dpse"
@@ -275,7 +276,8 @@ def fit(
 
     checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
     zero = torch.zeros((), device=device)
-    clipped, nonfinite, step_time, penalty_on = zero.long(), zero.long(), 0.0, 0
+    clipped, nonfinite, penalty_on = zero.long(), zero.long(), 0
+    clock = StepClock()
     checkpoints.record(0, [])
     for t in range(1, steps + 1):
         t1 = time.perf_counter()
@@ -314,7 +316,7 @@ def fit(
         with torch.no_grad():  # projection onto the box C_P = [-R, R]^P
             for p in engine.params:
                 p.clamp_(-o["param_bound"], o["param_bound"])
-        step_time += time.perf_counter() - t1
+        clock.add(time.perf_counter() - t1)
         reporter.on_step(t, steps, {"penalty": float(active)})
         if t % spec.eval_every == 0 or t == steps:
             checkpoints.record(t, [])
@@ -334,7 +336,8 @@ def fit(
             "mean_batch_size": float(n),
             "clip_fraction": float(clipped) / max(n * T, 1),
             "nonfinite_rows": float(nonfinite),
-            "time_per_step_ms": 1000.0 * step_time / T,
+            "time_per_step_ms": clock.steady_ms,  # first (warm-up) step excluded
+            "first_step_ms": clock.first_ms,
             "stage1_ms": stage1_ms,
             "sample_rate": 1.0,
             "rho_total": tau + mu,

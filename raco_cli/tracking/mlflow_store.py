@@ -330,3 +330,56 @@ def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any
         token = page.token
         if not token:
             return out
+
+
+def finished_config_hashes(uri: str, experiment: str) -> set[str]:
+    """``raco.config_hash`` tags of the FINISHED runs of an experiment (sweep resume).
+
+    A SQLite store that does not exist yet has none (and is not created here).
+    """
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+        return set()
+    runs = find_runs(uri, experiment, filter_string="attributes.status = 'FINISHED'")
+    return {h for r in runs if (h := r.data.tags.get("raco.config_hash"))}
+
+
+def run_records(uri: str, experiment: str) -> list[dict[str, Any]]:
+    """The training runs of an experiment as plain records (figures and reports read these).
+
+    Only runs tagged ``raco.config_hash`` (sweep parents and report runs are not training
+    runs).  Each record: ``run_id``, ``status`` (FINISHED, FAILED, RUNNING, KILLED),
+    ``params`` (flattened config, strings), ``metrics`` (latest values), ``tags``.
+    A SQLite store that does not exist has no runs (and is not created).
+    """
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+        return []
+    out = []
+    for r in find_runs(uri, experiment):
+        if "raco.config_hash" not in r.data.tags:
+            continue
+        out.append(
+            {
+                "run_id": r.info.run_id,
+                "status": r.info.status,
+                "params": dict(r.data.params),
+                "metrics": dict(r.data.metrics),
+                "tags": dict(r.data.tags),
+            }
+        )
+    return out
+
+
+def log_report_artifacts(uri: str, experiment: str, paths: list[Path], *, name: str = "figures") -> str:
+    """Log figures and tables to the experiment's report run (one per experiment, tagged
+    ``raco.role=report``; created on first use, artifacts replaced by later calls)."""
+    c = client(uri)
+    exp_id = experiment_id(c, experiment, uri)
+    runs = retrying(c.search_runs, [exp_id], filter_string="tags.`raco.role` = 'report'", max_results=1)
+    if runs:
+        run_id = runs[0].info.run_id
+    else:
+        run_id = retrying(c.create_run, exp_id, run_name=name, tags={"raco.role": "report"}).info.run_id
+    for path in paths:
+        retrying(c.log_artifact, run_id, str(path))
+    retrying(c.set_terminated, run_id, status="FINISHED")
+    return run_id

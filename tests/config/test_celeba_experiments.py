@@ -55,10 +55,16 @@ def test_dp_sgd_reference_overrides_the_experiment_method(composer):
     assert cfg.method.name == "dp_sgd" and cfg.method.noise_multiplier == 1.2 and cfg.method.lr == 0.2
 
 
-def test_fig2a_sweep_grid():
-    sweep = yaml.safe_load((SWEEPS_DIR / "fig2a_celeba.yaml").read_text())
-    params = sweep["hydra"]["sweeper"]["params"]
-    assert params["experiment"].split(",") == ["celeba_resnet16", "celeba_resnet16_eps9", "celeba_resnet16_sgda"]
-    assert [float(g) for g in params["constraint.gamma"].split(",")] == [1, 0.1, 0.075, 0.05]
-    assert params["seed"] == "range(0,5)"
-    assert all((CONF_DIR / "experiment" / f"{e}.yaml").exists() for e in params["experiment"].split(","))
+def test_fig2a_sweep_grids():
+    from raco_cli.cli.sweeper import plan_jobs
+
+    sweeper = yaml.safe_load((SWEEPS_DIR / "fig2a_celeba.yaml").read_text())["hydra"]["sweeper"]
+    grids = sweeper["grids"]
+    assert grids["raco_dp"]["experiment"].split(",") == ["celeba_resnet16", "celeba_resnet16_eps9"]
+    assert grids["sgda"]["experiment"] == "celeba_resnet16_sgda"
+    assert [float(g) for g in grids["raco_dp"]["constraint.gamma"].split(",")] == [1, 0.1, 0.075, 0.05]
+    assert grids["raco_dp"]["seed"] == "range(0,5)"
+    jobs = plan_jobs(grids, None, [])
+    assert [sum(1 for n, _ in jobs if n == g) for g in ("raco_dp", "sgda", "dp_sgd")] == [40, 20, 10]
+    experiments = {e for g in grids.values() for e in g["experiment"].split(",")}
+    assert all((CONF_DIR / "experiment" / f"{e}.yaml").exists() for e in experiments)

@@ -1,0 +1,171 @@
+"""``raco figures`` and ``raco report``: paper figures and Pareto tables from MLflow.
+
+    raco figures [NAME ...] [--smoke] [--out DIR] [--no-log] [tracking.uri=URI]
+    raco report EXPERIMENT [--all] [--x METRIC] [--out DIR] [--no-log] [tracking.uri=URI]
+
+Figures go to ``outputs/figures/<name>.{png,pdf}`` (tables also ``.md``/``.csv``) and are
+logged as artifacts of the experiment's report run.  A figure without runs fails with one
+line naming the sweep to run (exit 2); ``raco figures`` with no name draws every figure that
+has runs and lists the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
+from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknown_name
+
+DEFAULT_OUT = Path("outputs/figures")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def default_uri() -> str:
+    """``tracking.uri`` of ``conf/tracking/mlflow.yaml`` (relative to the working directory)."""
+    import yaml
+
+    return str(yaml.safe_load((CONF_DIR / "tracking" / "mlflow.yaml").read_text())["uri"])
+
+
+def sweep_experiment(sweep: str) -> str:
+    """The MLflow experiment a sweep file writes to (``tracking.experiment``)."""
+    import yaml
+
+    path = SWEEPS_DIR / f"{sweep}.yaml"
+    if not path.exists():
+        return sweep
+    data = yaml.safe_load(path.read_text()) or {}
+    return str((data.get("tracking") or {}).get("experiment") or sweep)
+
+
+def _split(argv: list[str]) -> tuple[list[str], str | None]:
+    uri = None
+    rest = []
+    for a in argv:
+        if a.startswith("tracking.uri="):
+            uri = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    return rest, uri
+
+
+def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: bool = True) -> list[Path]:
+    """Draw one figure from its experiment.
+
+    Raises:
+        NoRunsError: the experiment has no finished runs (the message names the sweep).
+    """
+    from raco_cli.cli.sweeper import SMOKE_SUFFIX
+    from raco_cli.figures import plots, published
+    from raco_cli.figures.specs import FIGURES
+    from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
+
+    spec = FIGURES[name]
+    experiment = sweep_experiment(spec.sweep) + (SMOKE_SUFFIX if smoke else "")
+    records = run_records(uri, experiment)
+    if not any(r["status"] == "FINISHED" for r in records):
+        raise NoRunsError(
+            NO_RUNS.format(what=f"figure {name}", experiment=experiment, uri=uri, sweep=spec.sweep,
+                           smoke=" SMOKE=1" if smoke else "")
+        )
+    points = []
+    if spec.published:
+        points = [
+            p for e in spec.published["eps"]
+            for p in published.load_published(dataset=spec.published["dataset"], constraint=spec.published["constraint"], epsilon=e)
+        ]
+    name_out = f"{name}{SMOKE_SUFFIX}" if smoke else name
+    from dataclasses import replace
+
+    files = plots.draw(records, replace(spec, name=name_out), out, published=points)
+    if log:
+        log_report_artifacts(uri, experiment, files)
+    return files
+
+
+def figures_main(argv: list[str]) -> int:
+    from raco_cli.figures.specs import FIGURES
+
+    parser = _Parser(prog="raco figures", description="Draw paper figures from MLflow runs.")
+    parser.add_argument("names", nargs="*", help=f"figures (default: all): {', '.join(FIGURES)}")
+    parser.add_argument("--smoke", action="store_true", help="read the SMOKE=1 experiments (<experiment>_smoke)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default outputs/figures)")
+    parser.add_argument("--no-log", action="store_true", help="do not log the files to MLflow")
+    rest, uri = _split(argv)
+    args = parser.parse_args(rest)
+    uri = uri or default_uri()
+    names = [n.removeprefix("fig-") if n.removeprefix("fig-") in FIGURES else n for n in args.names]
+    for n in names:
+        if n not in FIGURES:
+            raise unknown_name("figure", n, FIGURES)
+    if names:
+        for n in names:
+            for f in draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log):
+                print(f)
+        return 0
+    drawn, missing = 0, []
+    for n in FIGURES:
+        try:
+            files = draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log)
+        except NoRunsError:
+            missing.append(n)
+            continue
+        drawn += 1
+        for f in files:
+            print(f)
+    if not drawn:
+        smoke = " SMOKE=1" if args.smoke else ""
+        raise NoRunsError(
+            f"No finished runs for any figure in {uri}. Run a sweep first, e.g. make sweep-fig4_adult{smoke} "
+            "(make help lists them)."
+        )
+    if missing:
+        print(f"skipped (no runs yet): {', '.join(missing)}; make sweep-<name> runs one", file=sys.stderr)
+    return 0
+
+
+def report_main(argv: list[str]) -> int:
+    from raco_cli.figures.report import report
+    from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
+
+    parser = _Parser(prog="raco report", description="Pareto table and constraint satisfaction of an experiment.")
+    parser.add_argument("experiment", help="MLflow experiment (a sweep's tracking.experiment, e.g. fig4_adult)")
+    parser.add_argument("--all", action="store_true", help="list every configuration, not only the Pareto front")
+    parser.add_argument("--x", default=None, help="constraint metric (default: from the runs' constraint: dp_gap, eo_gap, fnr)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the table is written (default outputs/figures)")
+    parser.add_argument("--no-log", action="store_true", help="do not log the table to MLflow")
+    rest, uri = _split(argv)
+    args = parser.parse_args(rest)
+    uri = uri or default_uri()
+    records = run_records(uri, args.experiment)
+    if not any(r["status"] == "FINISHED" for r in records):
+        sweep = args.experiment.removesuffix("_smoke")
+        raise NoRunsError(
+            NO_RUNS.format(what="a report", experiment=args.experiment, uri=uri, sweep=sweep,
+                           smoke=" SMOKE=1" if args.experiment.endswith("_smoke") else "")
+        )
+    text = report(records, experiment=args.experiment, uri=uri, x_metric=args.x, all_points=args.all)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.experiment}_report.txt"
+    path.write_text(text + "\n")
+    if not args.no_log:
+        log_report_artifacts(uri, args.experiment, [path])
+    return 0
+
+
+def main(command: str, argv: list[str]) -> int:
+    if command == "figures":
+        return figures_main(argv)
+    if command == "report":
+        return report_main(argv)
+    raise ConfigError(f"unknown command {command}")  # pragma: no cover
+
+
+__all__ = ["main", "figures_main", "report_main", "draw_figure", "RacoError"]

@@ -1,0 +1,295 @@
+"""The ``raco`` Hydra sweeper: unions of grids, smoke mode, and resume by config hash.
+
+Hydra's basic sweeper runs one cartesian product.  A paper figure needs several (RaCO-DP
+over eps x gamma x seeds, DP-FERMI over eps x lambda x seeds, the non-private reference
+over gamma x seeds), so a sweep file lists named ``grids`` and this sweeper launches their
+union.  Command-line sweeps (``seed=0,1``) replace the grid axis of the same key, exactly as
+the basic sweeper lets the command line win over ``hydra.sweeper.params``.
+
+Before launching, every job's config is composed (as the basic sweeper does to validate it)
+and hashed with :func:`raco_cli.cli.build.config_hash` - the hash ``raco train`` tags its
+MLflow run with.  Jobs whose hash already has a FINISHED run in their MLflow experiment are
+skipped, so an interrupted sweep resumes where it stopped (``hydra.sweeper.resume=false``
+re-runs everything).  Duplicate jobs inside one sweep run once.
+
+Options (``hydra.sweeper.<key>``):
+
+* ``grids``: ``{name: {override key: value or sweep}}``; empty = ``params`` + command line.
+* ``only``: the grid(s) to run, ``hydra.sweeper.only=raco_dp`` or ``=[raco_dp,sgda]``
+  (default: all).
+* ``smoke``: run the tiny version: ``smoke_params`` replace the axes a grid has (e.g.
+  ``seed: range(0,2)``), ``smoke_overrides`` are added to every job, and the runs go to the
+  experiment ``<experiment>_smoke``.
+* ``resume``: skip jobs already FINISHED in MLflow (default true).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+SMOKE_SUFFIX = "_smoke"
+# Outcome of the last sweep in this process, read by ``raco train`` for its exit code.
+LAST_SWEEP: dict[str, int] = {}
+
+
+@dataclass
+class RacoSweeperConf:
+    _target_: str = "hydra_plugins.raco_sweeper.RacoSweeper"
+    max_batch_size: int | None = None
+    params: dict[str, str] | None = None
+    grids: dict[str, Any] | None = None
+    only: Any = None  # a grid name or a list of names: hydra.sweeper.only=[raco_dp,sgda]
+    smoke: bool = False
+    smoke_params: dict[str, Any] | None = None
+    smoke_overrides: dict[str, Any] | None = None
+    resume: bool = True
+
+
+def _key(key: str) -> str:
+    """Override key without its ``+``/``++``/``~`` prefix (for matching axes)."""
+    return key.lstrip("+~")
+
+
+def _value(value: Any) -> str:
+    """A YAML value as override text (lists become Hydra sweeps)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value(v) for v in value)
+    return str(value)
+
+
+def grid_overrides(
+    grid: Mapping[str, Any],
+    arguments: Sequence[str],
+    *,
+    smoke_params: Mapping[str, Any] | None = None,
+    smoke_overrides: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Override strings of one grid: grid axes, then smoke replacements, then the command line.
+
+    Later entries win per key (without ``+`` prefixes), so the command line always wins.
+
+    >>> grid_overrides({"eps": "1,2", "seed": "range(0,20)"}, ["seed=0"], smoke_params={"seed": "range(0,2)"})
+    ['eps=1,2', 'seed=0']
+    """
+    merged: OrderedDict[str, str] = OrderedDict()
+    for key, value in grid.items():
+        merged[_key(key)] = f"{key}={_value(value)}"
+    for key, value in (smoke_params or {}).items():
+        if _key(key) in merged:
+            merged[_key(key)] = f"{merged[_key(key)].split('=', 1)[0]}={_value(value)}"
+    for key, value in (smoke_overrides or {}).items():
+        merged[_key(key)] = f"{key}={_value(value)}"
+    for arg in arguments:
+        key = arg.split("=", 1)[0]
+        merged.pop(_key(key), None)
+        merged[_key(key)] = arg
+    return list(merged.values())
+
+
+def expand(overrides: Sequence[str]) -> list[list[str]]:
+    """The cartesian product of a list of (sweep) overrides, as job override lists."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    axes = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes)]
+
+
+def plan_jobs(
+    grids: Mapping[str, Mapping[str, Any]] | None,
+    params: Mapping[str, Any] | None,
+    arguments: Sequence[str],
+    *,
+    only: Sequence[str] | None = None,
+    smoke: bool = False,
+    smoke_params: Mapping[str, Any] | None = None,
+    smoke_overrides: Mapping[str, Any] | None = None,
+) -> list[tuple[str, list[str]]]:
+    """All jobs of a sweep as ``(grid name, overrides)``, grids in file order.
+
+    Raises:
+        ConfigError: ``only`` names a grid the sweep does not define.
+    """
+    from raco_cli.errors import ConfigError
+
+    sp = smoke_params if smoke else None
+    so = smoke_overrides if smoke else None
+    if not grids:
+        base = [f"{k}={_value(v)}" for k, v in (params or {}).items()]
+        return [("", job) for job in expand(grid_overrides({}, [*base, *arguments], smoke_params=sp, smoke_overrides=so))]
+    selected = list(grids)
+    if only:
+        unknown = [g for g in only if g not in grids]
+        if unknown:
+            raise ConfigError(
+                f"hydra.sweeper.only names unknown grid(s) {', '.join(unknown)}. Available: {', '.join(grids)}."
+            )
+        selected = [g for g in grids if g in only]
+    jobs: list[tuple[str, list[str]]] = []
+    for name in selected:
+        ovr = grid_overrides(grids[name], arguments, smoke_params=sp, smoke_overrides=so)
+        jobs.extend((name, job) for job in expand(ovr))
+    return jobs
+
+
+class RacoSweeper(Sweeper):
+    """Basic sweeper + grids + smoke + resume (see the module docstring).
+
+    (Not a subclass of Hydra's BasicSweeper: Hydra re-imports its core plugin modules while
+    scanning for plugins, which would leave a subclass pointing at a stale base class.)
+    """
+
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        params: Mapping[str, str] | None = None,
+        grids: Mapping[str, Any] | None = None,
+        only: Any = None,
+        smoke: bool = False,
+        smoke_params: Mapping[str, Any] | None = None,
+        smoke_overrides: Mapping[str, Any] | None = None,
+        resume: bool = True,
+    ) -> None:
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.hydra_context: Any = None
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
+        self.grids = {k: dict(v) for k, v in (grids or {}).items()}
+        names = [only] if isinstance(only, str) else list(only or [])
+        self.only = [str(g).strip() for g in names if str(g).strip()] or None
+        self.smoke = bool(smoke)
+        self.smoke_params = dict(smoke_params or {})
+        self.smoke_overrides = dict(smoke_overrides or {})
+        self.resume = bool(resume)
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def _job_config(self, overrides: list[str]) -> dict[str, Any]:
+        assert self.hydra_context is not None and self.config is not None
+        cfg = self.hydra_context.config_loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from raco_cli.cli.build import config_hash
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        extra: list[str] = []
+        if self.smoke:
+            experiment = str(OmegaConf.select(self.config, "tracking.experiment") or "raco")
+            if not experiment.endswith(SMOKE_SUFFIX):
+                extra.append(f"tracking.experiment={experiment}{SMOKE_SUFFIX}")
+        jobs = plan_jobs(
+            self.grids, self.params, [*arguments, *extra], only=self.only, smoke=self.smoke,
+            smoke_params=self.smoke_params, smoke_overrides=self.smoke_overrides,
+        )
+        tic = time.perf_counter()
+        keyed: list[tuple[list[str], str, tuple[bool, str | None, str]]] = []
+        seen: set[tuple[str | None, str, str]] = set()
+        duplicates = 0
+        for _, overrides in jobs:
+            cfg = self._job_config(overrides)
+            tr = cfg.get("tracking") or {}
+            store = (bool(tr.get("enabled")), tr.get("uri"), str(tr.get("experiment")))
+            h = config_hash(cfg)
+            if (store[1], store[2], h) in seen:
+                duplicates += 1
+                continue
+            seen.add((store[1], store[2], h))
+            keyed.append((overrides, h, store))
+        skipped = 0
+        if self.resume:
+            finished: dict[tuple[str | None, str], set[str]] = {}
+            for _enabled, uri, experiment in {s for _, _, s in keyed if s[0] and s[1]}:
+                from raco_cli.tracking.mlflow_store import finished_config_hashes
+
+                finished[(uri, experiment)] = finished_config_hashes(str(uri), experiment)
+            todo = [(o, h, s) for o, h, s in keyed if not (s[0] and h in finished.get((s[1], s[2]), set()))]
+            skipped = len(keyed) - len(todo)
+            keyed = todo
+        msg = (
+            f"sweep: {len(jobs)} jobs"
+            + (f", {duplicates} duplicate(s) merged" if duplicates else "")
+            + (f", {skipped} already FINISHED in MLflow skipped (hydra.sweeper.resume=false re-runs them)" if skipped else "")
+            + f", {len(keyed)} to run"
+            + (" [smoke]" if self.smoke else "")
+            + f" (planned in {time.perf_counter() - tic:.1f} s)"
+        )
+        log.info(msg)
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        todo = [o for o, _, _ in keyed]
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(todo), 1)
+        from hydra.core.utils import JobStatus
+
+        returns = []
+        initial_job_idx, failed = 0, 0
+        for start in range(0, len(todo), size):
+            batch = todo[start : start + size]
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            # a failed job returns None (raco train records it FAILED in MLflow and goes on)
+            failed += sum(1 for r in results if r.status != JobStatus.COMPLETED or r.return_value is None)
+            initial_job_idx += len(batch)
+            returns.append(results)
+        LAST_SWEEP.update(jobs=len(todo), failed=failed, skipped=skipped)
+        return returns
+
+
+# Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.
+# Rather than shipping a second top-level package, this module is registered by hand under
+# that name (see :func:`register`): the sweeper runs in the launching process only.
+PLUGIN_MODULE = "hydra_plugins.raco_sweeper"
+RacoSweeper.__module__ = PLUGIN_MODULE
+
+
+def register() -> None:
+    """Register the sweeper with Hydra's plugin registry and its config (``hydra/sweeper=raco``)."""
+    import sys
+
+    from hydra.core.plugins import Plugins
+
+    sys.modules.setdefault(PLUGIN_MODULE, sys.modules[__name__])
+    Plugins.instance().register(RacoSweeper)
+    ConfigStore.instance().store(group="hydra/sweeper", name="raco", node=RacoSweeperConf, provider="raco")
+
+
+def sweep_config(cfg: DictConfig) -> Mapping[str, Any]:
+    """The sweeper node of a composed config (empty when it is not the raco sweeper)."""
+    node = OmegaConf.select(cfg, "hydra.sweeper")
+    if node is None:
+        return {}
+    return OmegaConf.to_container(node, resolve=False)  # type: ignore[return-value]

@@ -1,0 +1,320 @@
+"""``raco tune``: the paper's two-phase hyperparameter protocol (App. E.2), with Optuna.
+
+    raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05 [tune.trials=200]
+              [tune.trial_seeds=5] [tune.seeds=20] [tune.storage=sqlite:///outputs/optuna.db]
+              [tune.study=NAME] [tune.retrain=true] [tune.timeout=null] [tune.sampler_seed=0]
+
+Phase 1: an Optuna TPE search over the paper's ranges (below), each trial training
+``trial_seeds`` models (no MLflow) and scoring the mean validation accuracy of their reported
+checkpoints; a trial is *feasible* when every seed's checkpoint satisfies the hard train
+constraint (the TPE sampler is told so through ``constraints_func``).  The study lives in a
+SQLite file, so an interrupted search resumes: trials left RUNNING or interrupted are failed
+and their parameters queued again.  Phase 2: the best feasible trial (highest validation
+accuracy) is retrained over ``tune.seeds`` new seeds (1000, 1001, ...) as a ``raco train``
+multirun into the MLflow experiment ``tune-<study>`` (finished seeds are skipped on re-runs),
+and ``outputs/tune/<study>/best.yaml`` is written as an experiment config recording where it
+came from.  Tuning and selection on validation data are not privacy-accounted (as in the paper).
+
+Search space (RaCO-DP; other methods use the subset they have):
+
+==========================  ====================  =========================================
+key                         range                 paper (App. E.2)
+==========================  ====================  =========================================
+method.noise_multiplier     [3, 6]                sigma in [3, 6]
+method.hist_noise_multiplier 1/b, b in [0.1, 0.5]  Laplace b in [0.1, 0.5]  (ours = 1/b)
+method.lr                   [0.01, 10] log        eta_theta in [1e-4, 0.1]
+method.lr_dual              [0.01, 10] log        eta_lambda in [1e-4, 0.1]
+method.batch_size           [256, 1256]           B in [256, 1256]
+method.temperature          [1, 10]               tau in [1, 10]
+==========================  ====================  =========================================
+
+Learning rates: our update divides the noisy clipped gradient sum by q|D| (a mean over the
+expected batch) and the dual gradient is a rate difference of order 0.1, so steps in the
+paper's [1e-4, 0.1] barely move the model within the few hundred steps eps allows (Adult, DP,
+eps=1, gamma=0.05: test accuracy 0.812 at lr = lr_dual = 0.1 vs 0.832 at lr=3, lr_dual=0.5,
+one seed; the shipped defaults are lr=4, lr_dual=1).  We therefore search [0.01, 10] on a log scale.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raco_cli.errors import ConfigError, RacoError
+
+RETRAIN_SEED0 = 1000  # retrained models use new seeds (paper: "train 20 new models")
+TUNE_KEYS = {
+    "trials": 200, "trial_seeds": 5, "seeds": 20, "storage": "sqlite:///outputs/optuna.db",
+    "study": None, "retrain": True, "timeout": None, "sampler_seed": 0, "out": "outputs/tune",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Param:
+    key: str  # config key (override)
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+    inverse: bool = False  # sample 1/value (the paper's Laplace b) and set 1/b
+
+
+SPACE = {
+    "noise_multiplier": Param("method.noise_multiplier", 3.0, 6.0),
+    "laplace_b": Param("method.hist_noise_multiplier", 0.1, 0.5, inverse=True),
+    "lr": Param("method.lr", 0.01, 10.0, log=True),
+    "lr_dual": Param("method.lr_dual", 0.01, 10.0, log=True),
+    "batch_size": Param("method.batch_size", 256, 1256, integer=True),
+    "temperature": Param("method.temperature", 1.0, 10.0),
+}
+METHOD_SPACE = {
+    "raco_dp": ("noise_multiplier", "laplace_b", "lr", "lr_dual", "batch_size", "temperature"),
+    "dp_sgd": ("noise_multiplier", "lr", "batch_size"),
+    "sgda": ("lr", "lr_dual", "batch_size", "temperature"),
+    "sgd": ("lr", "batch_size"),
+}
+DEFAULT_SPACE = ("noise_multiplier", "lr", "batch_size")
+
+
+def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Split ``tune.*`` options from the training overrides."""
+    import yaml
+
+    opts = dict(TUNE_KEYS)
+    overrides = []
+    for arg in argv:
+        if arg.startswith("tune."):
+            key, _, value = arg[len("tune.") :].partition("=")
+            if key not in TUNE_KEYS:
+                raise ConfigError(f"Unknown key tune.{key}. Allowed: {', '.join(f'tune.{k}' for k in TUNE_KEYS)}.")
+            opts[key] = yaml.safe_load(value) if value != "" else None
+        elif arg.startswith("-"):
+            raise ConfigError(f"Unknown option {arg}. raco tune takes key=value overrides (raco tune --help).")
+        else:
+            overrides.append(arg)
+    for key in ("trials", "trial_seeds", "seeds"):
+        v = opts[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "seeds" else 1):
+            raise ConfigError(f"tune.{key} must be a positive integer (got tune.{key}={v!r}).")
+    return opts, overrides
+
+
+def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
+    """Optuna's sampled values -> config overrides.
+
+    >>> trial_overrides({"laplace_b": 0.25, "lr": 0.5}, "raco_dp")
+    ['method.hist_noise_multiplier=4.0', 'method.lr=0.5']
+    """
+    out = []
+    for name, value in values.items():
+        p = SPACE[name]
+        v = 1.0 / value if p.inverse else value
+        out.append(f"{p.key}={int(v) if p.integer else float(v)!r}")
+    return out
+
+
+def _compose(overrides: Sequence[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _study_name(cfg: Any) -> str:
+    return f"{cfg.method.name}-{cfg.dataset.name}-{cfg.constraint.name}-eps{float(cfg.eps):g}-gamma{float(cfg.constraint.gamma):g}"
+
+
+def _requeue_interrupted(study: Any) -> int:
+    """Fail trials left RUNNING by a killed search and queue interrupted parameters again."""
+    from optuna.trial import TrialState
+
+    done = set(study.user_attrs.get("requeued", []))
+    storage = study._storage
+    count = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.RUNNING:
+            storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        interrupted = t.state in (TrialState.RUNNING, TrialState.FAIL) and "error" not in t.user_attrs
+        if interrupted and t.number not in done and t.params:
+            study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+            done.add(t.number)
+            count += 1
+    if count:
+        study.set_user_attr("requeued", sorted(done))
+    return count
+
+
+def best_feasible(trials: Sequence[Any]) -> Any | None:
+    """The COMPLETE trial with the highest value among those whose violation <= 0."""
+    from optuna.trial import TrialState
+
+    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("violation", math.inf) <= 0]
+    return max(ok, key=lambda t: (t.value, -t.number)) if ok else None
+
+
+def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> tuple[Any, str]:
+    """Phase 1.  Returns (study, study name)."""
+    import optuna
+
+    from raco_cli.cli.build import build_run_spec
+    from raco_cli.cli.train import train
+
+    base = _compose([*overrides, "tracking=none"])
+    spec = build_run_spec(base)  # validates the overrides once (one-line errors)
+    method = spec.method.name
+    names = METHOD_SPACE.get(method, DEFAULT_SPACE)
+    study_name = str(opts["study"] or _study_name(base))
+    storage = str(opts["storage"])
+    if storage.startswith("sqlite:///"):
+        Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own lines report trials; no tracebacks on Ctrl-C
+
+    # Optuna >= 5 reads feasibility from Trial.set_constraint; older releases need constraints_func.
+    native_constraints = hasattr(optuna.trial.Trial, "set_constraint")
+
+    def constraints(trial: Any) -> list[float]:
+        return [float(trial.user_attrs.get("violation", 1.0))]
+
+    def set_violation(trial: Any, violation: float) -> None:
+        trial.set_user_attr("violation", violation)
+        if native_constraints:
+            trial.set_constraint("violation", violation)
+
+    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
+    # A resumed search must not redraw the random start-up points of the first session, so the
+    # sampler's seed moves on with the number of trials already in the study.
+    seed = int(opts["sampler_seed"]) + len(study.get_trials(deepcopy=False))
+    kw = {} if native_constraints else {"constraints_func": constraints}
+    study.sampler = optuna.samplers.TPESampler(seed=seed, **kw)
+    study.set_user_attr("overrides", overrides)
+    requeued = _requeue_interrupted(study)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    remaining = int(opts["trials"]) - len(complete)
+    log(f"study {study_name} ({storage}): {len(complete)} trials done, {max(remaining, 0)} to run"
+        + (f", {requeued} interrupted trial(s) queued again" if requeued else ""))
+    out_dir = Path(str(opts["out"])) / study_name
+
+    def objective(trial: Any) -> float:
+        values = {}
+        for name in names:
+            p = SPACE[name]
+            if p.integer:
+                values[name] = trial.suggest_int(name, int(p.low), int(p.high))
+            else:
+                values[name] = trial.suggest_float(name, p.low, p.high, log=p.log)
+        ovr = trial_overrides(values, method)
+        accs, viols = [], []
+        try:
+            for s in range(int(opts["trial_seeds"])):
+                cfg = _compose([*overrides, *ovr, f"seed={s}", "tracking=none"])
+                summary = train(cfg, run_dir=out_dir / f"trial_{trial.number}" / f"seed_{s}")
+                accs.append(float(summary["metrics"]["val"]["accuracy"]))
+                v = summary["metrics"]["train"].get("violation_hard")
+                viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
+        except RacoError as exc:  # e.g. a batch size whose budget allows no step: infeasible
+            trial.set_user_attr("error", str(exc))
+            set_violation(trial, 1.0)
+            log(f"trial {trial.number}: {exc}")
+            return 0.0
+        value = sum(accs) / len(accs)
+        violation = max(viols)
+        set_violation(trial, violation)
+        trial.set_user_attr("overrides", ovr)
+        trial.set_user_attr("val_accuracy_per_seed", accs)
+        best = best_feasible(study.get_trials(deepcopy=False))
+        so_far = [v for v in (best.value if best is not None else None, value if violation <= 0 else None) if v is not None]
+        log(f"trial {trial.number}: val acc {value:.4f}, train violation {violation:+.4f} "
+            f"({'feasible' if violation <= 0 else 'infeasible'}); best feasible so far "
+            + (f"{max(so_far):.4f}" if so_far else "none"))
+        return value
+
+    if remaining > 0:
+        study.optimize(objective, n_trials=remaining, timeout=opts["timeout"], gc_after_trial=True)
+    return study, study_name
+
+
+def write_best(trial: Any, *, study_name: str, storage: str, overrides: Sequence[str], n_trials: int, out: Path) -> Path:
+    """``best.yaml``: the best configuration as an experiment config with its provenance."""
+    out.mkdir(parents=True, exist_ok=True)
+    ovr = trial.user_attrs.get("overrides", [])
+    date = _dt.date.today().isoformat()
+    lines = [
+        "# @package _global_",
+        f"# Tuned by `raco tune` on {date}: study '{study_name}' ({storage}),",
+        f"# best feasible of {n_trials} trials = trial #{trial.number}: validation accuracy {trial.value:.4f}",
+        f"# (mean over {len(trial.user_attrs.get('val_accuracy_per_seed', []))} seeds), max train violation "
+        f"{trial.user_attrs.get('violation', float('nan')):+.4f}.",
+        f"# Search overrides: {' '.join(overrides)}",
+        "# Use: copy to conf/experiment/<name>.yaml and run `raco train experiment=<name>`.",
+    ]
+    import yaml
+
+    nested: dict[str, dict[str, Any]] = {}
+    for o in ovr:
+        key, _, value = o.partition("=")
+        group, _, leaf = key.partition(".")
+        nested.setdefault(group, {})[leaf] = yaml.safe_load(value)
+
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(nested, sort_keys=True)
+    path = out / "best.yaml"
+    path.write_text(text)
+    return path
+
+
+def retrain(trial: Any, *, study_name: str, overrides: Sequence[str], seeds: int, cwd: Path | None = None) -> tuple[int, str]:
+    """Phase 2: ``raco train --multirun`` of the best trial over new seeds (resumable)."""
+    experiment = f"tune-{study_name}"
+    args = [
+        sys.executable, "-m", "raco_cli", "train", "--multirun", *overrides, *trial.user_attrs.get("overrides", []),
+        f"seed=range({RETRAIN_SEED0},{RETRAIN_SEED0 + seeds})", f"tracking.experiment={experiment}",
+        f"++tracking.tags.tune_study={study_name}", f"++tracking.tags.tune_trial={trial.number}",
+        "hydra/launcher=local",
+    ]
+    res = subprocess.run(args, cwd=cwd)
+    return res.returncode, experiment
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    opts, overrides = parse_args(argv)
+    study, study_name = run_search(opts, overrides)
+    best = best_feasible(study.get_trials(deepcopy=False))
+    if best is None:
+        raise RacoError(
+            f"No trial of study '{study_name}' satisfied the train constraint. Add trials (tune.trials=...) "
+            "or relax constraint.gamma."
+        )
+    n_complete = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE")
+    path = write_best(best, study_name=study_name, storage=str(opts["storage"]), overrides=overrides,
+                      n_trials=n_complete, out=Path(str(opts["out"])) / study_name)
+    print(f"best feasible trial #{best.number}: val accuracy {best.value:.4f}; {' '.join(best.user_attrs.get('overrides', []))}")
+    print(f"best configuration: {path}")
+    if not opts["retrain"] or int(opts["seeds"]) == 0:
+        return 0
+    code, experiment = retrain(best, study_name=study_name, overrides=overrides, seeds=int(opts["seeds"]))
+    if code != 0:
+        return code
+    from raco_cli.cli.figures_cmd import default_uri
+    from raco_cli.figures.report import report
+    from raco_cli.tracking.mlflow_store import run_records
+
+    uri = next((o.split("=", 1)[1] for o in overrides if o.startswith("tracking.uri=")), None) or default_uri()
+    records = [r for r in run_records(uri, experiment) if r["tags"].get("tune_trial") == str(best.number)]
+    print(report(records, experiment=experiment, uri=uri, all_points=True))
+    return 0

@@ -1,0 +1,99 @@
+"""The raco sweeper's job planning, and every sweep file of the paper's figures."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from raco_cli.cli.paths import SWEEPS_DIR
+from raco_cli.cli.sweeper import expand, grid_overrides, plan_jobs
+from raco_cli.errors import ConfigError
+
+GRIDS = {
+    "raco_dp": {"method": "raco_dp", "eps": "0.5,1", "constraint.gamma": "0.02,0.05,0.1", "seed": "range(0,3)"},
+    "dp_fermi": {"method": "dp_fermi", "eps": "0.5,1", "++method.options.lam": [0, 2], "seed": "range(0,3)"},
+    "sgda": {"method": "sgda", "constraint.gamma": "0.02,0.05,0.1", "seed": "range(0,3)"},
+}
+SMOKE = {"seed": "range(0,2)", "constraint.gamma": "0.05", "++method.options.lam": 2}
+
+
+def test_expand_is_the_cartesian_product():
+    jobs = expand(["a=1,2", "b=x", "c=range(0,3)"])
+    assert len(jobs) == 6 and jobs[0] == ["a=1", "b=x", "c=0"] and jobs[-1] == ["a=2", "b=x", "c=2"]
+
+
+def test_union_of_grids_in_file_order():
+    jobs = plan_jobs(GRIDS, None, [])
+    assert [name for name, _ in jobs] == ["raco_dp"] * 18 + ["dp_fermi"] * 12 + ["sgda"] * 9
+    assert ["method=dp_fermi", "eps=0.5", "++method.options.lam=0", "seed=0"] in [j for _, j in jobs]
+
+
+def test_command_line_replaces_the_grid_axis_and_adds_keys():
+    jobs = plan_jobs(GRIDS, None, ["seed=7", "method.lr=2"], only=["sgda"])
+    assert len(jobs) == 3
+    assert all(j[-2:] == ["seed=7", "method.lr=2"] for _, j in jobs)
+    # a prefixed key still replaces its axis
+    assert grid_overrides({"++method.options.lam": "0,1"}, ["method.options.lam=4"]) == ["method.options.lam=4"]
+
+
+def test_smoke_replaces_only_axes_a_grid_has_and_adds_overrides():
+    jobs = plan_jobs(GRIDS, None, [], smoke=True, smoke_params=SMOKE, smoke_overrides={"method.max_steps": 20})
+    by = {}
+    for name, job in jobs:
+        by.setdefault(name, []).append(job)
+    assert [len(by[g]) for g in ("raco_dp", "dp_fermi", "sgda")] == [4, 4, 2]
+    assert all("method.max_steps=20" in j for js in by.values() for j in js)
+    assert not any(k.startswith("constraint.gamma") for j in by["dp_fermi"] for k in j)  # no axis added
+
+
+def test_only_selects_grids_and_unknown_is_one_line():
+    assert {n for n, _ in plan_jobs(GRIDS, None, [], only=["sgda", "raco_dp"])} == {"sgda", "raco_dp"}
+    with pytest.raises(ConfigError, match=r"^hydra.sweeper.only names unknown grid\(s\) nope. Available: raco_dp, dp_fermi, sgda.$"):
+        plan_jobs(GRIDS, None, [], only=["nope"])
+
+
+def test_without_grids_it_is_the_basic_sweeper():
+    jobs = plan_jobs(None, {"eps": "1,2"}, ["seed=0,1"])
+    assert [j for _, j in jobs] == [["eps=1", "seed=0"], ["eps=1", "seed=1"], ["eps=2", "seed=0"], ["eps=2", "seed=1"]]
+
+
+SWEEPS = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+EXPECTED = {"fig2a_celeba", "fig2b_adult", "fig2c_acs", "fig3_satisfiability", "fig4_adult", "fig4_credit",
+            "fig4_parkinsons", "fig5_adult", "fig5_heart", "fig6_credit", "fig7_acs", "fig8a_clipping",
+            "fig8b_hard_soft", "fig9_low_eps", "table2_timing"}  # fmt: skip
+
+
+def test_every_figure_has_a_sweep_and_a_figure_spec():
+    from raco_cli.figures.specs import FIGURES
+
+    assert set(SWEEPS) == EXPECTED
+    assert {f.sweep for f in FIGURES.values()} <= set(SWEEPS)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_file_plans_and_smoke_is_small(name):
+    sweep = yaml.safe_load((SWEEPS_DIR / f"{name}.yaml").read_text())
+    assert sweep["tracking"]["experiment"], name
+    sw = sweep["hydra"]["sweeper"]
+    full = plan_jobs(sw["grids"], None, [])
+    smoke = plan_jobs(sw["grids"], None, [], smoke=True, smoke_params=sw.get("smoke_params"),
+                      smoke_overrides=sw.get("smoke_overrides"))
+    assert 0 < len(smoke) < len(full) and len(smoke) <= 100, (name, len(smoke), len(full))
+
+
+@pytest.mark.slow  # 8-16 s per sweep: each eps of a calibrated grid is an accountant search
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_file_composes_and_validates_every_axis_value(name):
+    from raco_cli.cli.validate import prevalidate
+
+    prevalidate([f"+sweep={name}"])
+    prevalidate([f"+sweep={name}", "hydra.sweeper.smoke=true"])
+
+
+def test_fig4_adult_grid_sizes():
+    """The full Fig. 4a grid (SPEC section 6): 4 eps x 8 gamma x 20 seeds RaCO-DP, 4 x 7 lambda x 20
+    DP-FERMI, 8 gamma x 20 seeds non-private SGDA."""
+    sw = yaml.safe_load((SWEEPS_DIR / "fig4_adult.yaml").read_text())["hydra"]["sweeper"]
+    jobs = plan_jobs(sw["grids"], None, [])
+    count = {g: sum(1 for n, _ in jobs if n == g) for g in sw["grids"]}
+    assert count == {"raco_dp": 640, "dp_fermi": 560, "sgda": 160}

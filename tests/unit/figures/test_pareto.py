@@ -1,0 +1,82 @@
+"""Pareto fronts and seed statistics against brute force and scipy (property tests)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raco_cli.figures.pareto import dominates, mean_ci, pareto_front, t95
+
+# few distinct values so that ties (same x, same y, duplicates) are common
+coords = st.lists(st.tuples(st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.1, math.nan]),
+                            st.sampled_from([0.7, 0.8, 0.81, 0.85, math.nan])), max_size=25)
+
+
+def brute_front(points, **kw):
+    ok = [i for i, p in enumerate(points) if not any(math.isnan(v) for v in p)]
+    return {i for i in ok if not any(dominates(points[j], points[i], **kw) for j in ok if j != i)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(coords, st.booleans(), st.booleans())
+def test_front_equals_brute_force(points, minimize_x, maximize_y):
+    kw = {"minimize_x": minimize_x, "maximize_y": maximize_y}
+    front = pareto_front([p[0] for p in points], [p[1] for p in points], **kw)
+    assert len(front) == len(set(front))
+    assert set(front) == brute_front(points, **kw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(coords, st.randoms(use_true_random=False))
+def test_front_does_not_depend_on_input_order(points, rnd):
+    order = list(range(len(points)))
+    rnd.shuffle(order)
+    shuffled = [points[i] for i in order]
+    front = pareto_front([p[0] for p in points], [p[1] for p in points])
+    front_shuffled = pareto_front([p[0] for p in shuffled], [p[1] for p in shuffled])
+    assert {order[i] for i in front_shuffled} == set(front)
+
+
+@settings(max_examples=200, deadline=None)
+@given(coords)
+def test_every_point_off_the_front_is_dominated_by_a_front_point(points):
+    front = pareto_front([p[0] for p in points], [p[1] for p in points])
+    for i, p in enumerate(points):
+        if i in front or any(math.isnan(v) for v in p):
+            continue
+        assert any(dominates(points[j], p) for j in front)
+
+
+def test_front_is_sorted_by_x_best_first():
+    xs, ys = [0.1, 0.0, 0.05, 0.2], [0.9, 0.5, 0.7, 0.95]
+    assert pareto_front(xs, ys) == [1, 2, 0, 3]
+    with pytest.raises(ValueError, match="differ in length"):
+        pareto_front([0.1], [])
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10, 20, 30])
+def test_mean_ci_matches_scipy_t_interval(n):
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(n)
+    values = [rng.gauss(0.83, 0.01) for _ in range(n)]
+    m = mean_ci(values)
+    lo, hi = stats.t.interval(0.95, n - 1, loc=stats.tmean(values), scale=stats.sem(values))
+    assert m.mean == pytest.approx((lo + hi) / 2, abs=1e-12)
+    assert m.ci == pytest.approx((hi - lo) / 2, rel=1e-3)  # t quantiles tabulated to 3 decimals
+    assert m.n == n
+
+
+def test_t95_beyond_the_table_is_conservative():
+    stats = pytest.importorskip("scipy.stats")
+    for dof in (*range(1, 200), 500, 10_000):
+        assert t95(dof) >= stats.t.ppf(0.975, dof) - 5e-4
+
+
+def test_mean_ci_edge_cases():
+    assert mean_ci([0.5]).ci == 0.0 and mean_ci([0.5]).mean == 0.5
+    assert math.isnan(mean_ci([]).mean) and mean_ci([math.nan, None]).n == 0
+    assert mean_ci([1.0, math.inf, 3.0]).n == 2
