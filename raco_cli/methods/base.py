@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from raco_cli.privacy.limits import check_noise
 from raco_cli.errors import (
     CHOICE,
     IN_RANGE,
@@ -117,6 +118,8 @@ class MethodSpec:
         ):
             if value is not None:
                 _positive(key, value, meaning)
+        check_noise("method.noise_multiplier", self.noise_multiplier)
+        check_noise("method.hist_noise_multiplier", self.hist_noise_multiplier, laplace=True)
         if not isinstance(self.secure_rng, bool):
             raise ConfigError(f"privacy.secure_rng must be true or false (got privacy.secure_rng={self.secure_rng!r}); use a cryptographically secure noise source.")
         _choice("method.optimizer", self.optimizer, ("sgd", "momentum", "adam"), "the primal optimizer.")

@@ -14,7 +14,7 @@ import dp_accounting as dpa
 
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import MethodSpec
-from raco_cli.privacy import accountant
+from raco_cli.privacy import accountant, limits
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,8 @@ def plan(
             def scaled(s: float) -> dpa.DpEvent:  # the whole run, so a first stage scales too
                 return run_event(method, _scale_noise(base, s), q, steps, constrained=constrained)
 
-            factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q, whole_run=True)
+            factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q, whole_run=True,
+                                                      min_scale=_min_noise_scale(base))
             spec = _scale_noise(base, factor)
     event = run_event(method, spec, q, steps, constrained=constrained)
     eps_planned = accountant.epsilon(event, delta, discretization=discretization)
@@ -127,6 +128,15 @@ def _max_steps_of_run(method: ModuleType, spec: MethodSpec, q: float, budget: ac
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if eps_at(mid) <= budget.eps else (lo, mid)
     return lo
+
+
+def _min_noise_scale(spec: MethodSpec) -> float:
+    """The smallest factor :func:`_scale_noise` may apply without crossing the noise floor."""
+    floors = [limits.MIN_NOISE_MULTIPLIER / spec.noise_multiplier if spec.noise_multiplier else 0.0,
+              limits.MIN_LAPLACE_SCALE / spec.hist_noise_multiplier if spec.hist_noise_multiplier else 0.0]
+    floors += [limits.MIN_NOISE_MULTIPLIER / v for k, v in spec.options.items()
+               if k.endswith("noise_multiplier") and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    return max(floors)
 
 
 def _scale_noise(spec: MethodSpec, factor: float) -> MethodSpec:

@@ -210,6 +210,7 @@ def calibrate_noise_scale(
     sample_rate: float,
     rel_tol: float = 1e-3,
     whole_run: bool = False,
+    min_scale: float = 1e-3,
 ) -> float:
     """Smallest factor s (to ``rel_tol``) such that ``SelfComposed(make_step(s), steps)`` meets the budget.
 
@@ -218,7 +219,9 @@ def calibrate_noise_scale(
     ``calibrate_dp_mechanism`` (parameter -> event map, fresh accountant per trial, search),
     but the bracket grows geometrically from s = 1 (very small noise makes a PLD huge, so
     the search never starts there) and bisects in log space; the result is re-accounted
-    at full resolution and nudged up until epsilon does not exceed the target.
+    at full resolution and nudged up until epsilon does not exceed the target.  The factor
+    never goes below ``min_scale`` (the noise floor of :mod:`raco_cli.privacy.limits`): a
+    budget so large that less noise would do is then met with room to spare.
 
     Raises:
         PrivacyBudgetError: the target needs a noise multiplier factor above 1e6.
@@ -239,9 +242,12 @@ def calibrate_noise_scale(
                 )
             )
     if lo == hi:  # s = 1 already meets the budget: shrink
-        while lo > 1e-3 and eps_of(lo / 2.0, coarse) <= budget.eps:
+        while lo / 2.0 >= min_scale and eps_of(lo / 2.0, coarse) <= budget.eps:
             lo /= 2.0
-        hi, lo = lo, lo / 2.0
+        if lo / 2.0 < min_scale and eps_of(min_scale, coarse) <= budget.eps:
+            lo = hi = min_scale  # the floor already meets the budget: no search below it
+        else:
+            hi, lo = lo, max(lo / 2.0, min_scale)
     while hi / lo > 1.0 + rel_tol:  # invariant: eps(hi) <= target < eps(lo)
         mid = math.sqrt(lo * hi)
         if eps_of(mid, coarse) <= budget.eps:

@@ -103,6 +103,21 @@ def test_calibrated_noise_never_overshoots():
     assert spent > 0.99  # and it is tight
 
 
+def test_calibration_stops_at_the_noise_floor():
+    """A budget so large that almost no noise would do: the factor stops at ``min_scale``
+    (the accountant's noise floor) and the run is private with room to spare."""
+    calls = []
+
+    def make(s):
+        calls.append(s)
+        return events.gaussian_step(sample_rate=0.02, noise_multiplier=1.0 * s)
+
+    budget = accountant.Budget(eps=200.0, delta=1e-5)
+    s = accountant.calibrate_noise_scale(make, budget, steps=10, sample_rate=0.02, min_scale=0.5)
+    assert s == 0.5 and min(calls) >= 0.5
+    assert accountant.epsilon(events.repeated(make(s), 10), 1e-5) < 200.0
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     q=st.floats(0.005, 0.2),
