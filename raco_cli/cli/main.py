@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from raco_cli.errors import RacoError
+from raco_cli.errors import ConfigError, RacoError
 
 USAGE = """\
 usage: raco <command> [options]
@@ -90,11 +90,21 @@ def _sweep_summary(name: str) -> str:
     return ""
 
 
+# Hydra's mutually exclusive run modes, by flag
+MODE_FLAGS = {"--run": "--run", "-r": "--run", "--multirun": "--multirun", "-m": "--multirun", "--cfg": "--cfg",
+              "-c": "--cfg", "--info": "--info", "-i": "--info", "--shell-completion": "--shell-completion",
+              "-sc": "--shell-completion"}  # fmt: skip
+
+
 def _train(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(train_help())
         return 0
     argv = ["--help" if a == "--hydra-help" else a for a in argv]
+    modes = sorted({MODE_FLAGS[a] for a in argv if a in MODE_FLAGS})
+    if len(modes) > 1:  # Hydra would raise a ValueError with a traceback
+        raise ConfigError(f"raco train takes one of {', '.join(sorted(set(MODE_FLAGS.values())))} (got {' and '.join(modes)}). "
+                          "To see a sweep job's config, drop --multirun: raco train <overrides> --cfg job.")
     from raco_cli.cli.validate import expand_shorthands
 
     argv = expand_shorthands(argv)

@@ -172,3 +172,12 @@ def test_tune_runs_resumes_and_retrains(tmp_path):
     trial = best.split("#")[1].split(":")[0]
     runs = [r for r in finished_children(db, "tune-t") if r.data.tags.get("tune_trial") == trial]
     assert sorted(r.data.params["seed"] for r in runs) == ["1000", "1001"]  # no seed retrained twice
+
+
+def test_multirun_with_cfg_is_one_line(capsys):
+    from raco_cli.cli.main import main
+
+    assert main(["train", "--multirun", "seed=0,1", "--cfg", "job"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: raco train takes one of --cfg, --info, --multirun, --run, --shell-completion (got --cfg and "
+                   "--multirun). To see a sweep job's config, drop --multirun: raco train <overrides> --cfg job.")
