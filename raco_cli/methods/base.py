@@ -25,7 +25,6 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from raco_cli.privacy.limits import check_noise
 from raco_cli.errors import (
     CHOICE,
     IN_RANGE,
@@ -33,6 +32,7 @@ from raco_cli.errors import (
     POSITIVE,
     ConfigError,
 )
+from raco_cli.privacy.limits import check_noise
 
 Selection = Literal["best_feasible", "last"]
 Dual = Literal["soft", "hard"]
