@@ -248,24 +248,16 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         from raco_cli.tracking.mlflow_store import RunRecorder
 
         tags = {
-            **extra_tags(resolved),
-            "method": spec.method.name,
-            "dataset": spec.dataset.name,
-            "constraint": spec.constraint.name,
-            "raco.config_hash": spec.config_hash,
-            "raco.run_dir": str(run_dir),
+            **run_tags(spec, resolved, run_dir),
             "raco.secure_rng": str(spec.secure_rng).lower(),
             "raco.seed.init": str(seeds.init),
             "raco.seed.sampling": str(seeds.sampling),
             "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
         }
-        run_name = spec.tracking.run_name or (
-            f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
-        )
         recorder = RunRecorder(
             uri=str(spec.tracking.uri),
             experiment=spec.tracking.experiment,
-            run_name=run_name,
+            run_name=run_name(spec),
             params=resolved,
             tags=tags,
             parent_sweep_dir=sweep_dir,
@@ -368,6 +360,22 @@ def _common_gamma(gammas: Any, default: float) -> float | None:
     return values.pop() if len(values) == 1 else None
 
 
+def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
+    """Tags of every job's MLflow run, finished or failed (``raco.config_hash``: sweep resume)."""
+    return {
+        **extra_tags(resolved),
+        "method": spec.method.name,
+        "dataset": spec.dataset.name,
+        "constraint": spec.constraint.name,
+        "raco.config_hash": spec.config_hash,
+        "raco.run_dir": str(run_dir),
+    }
+
+
+def run_name(spec: Any) -> str:
+    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+
+
 def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:
     """``tracking.tags`` as MLflow tags (sweeps tag their runs with ``sweep``)."""
     tags = (resolved.get("tracking") or {}).get("tags") or {}
@@ -388,19 +396,10 @@ def record_failure(cfg: DictConfig, run_dir: Path, sweep_dir: Path | None, error
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    tags = {
-        **extra_tags(resolved),
-        "method": spec.method.name,
-        "dataset": spec.dataset.name,
-        "constraint": spec.constraint.name,
-        "raco.config_hash": spec.config_hash,
-        "raco.run_dir": str(run_dir),
-        "raco.error": f"{type(error).__name__}: {error}"[:5000],
-    }
-    name = spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+    tags = {**run_tags(spec, resolved, run_dir), "raco.error": f"{type(error).__name__}: {error}"[:5000]}
     recorder = RunRecorder(
-        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=name, params=resolved, tags=tags,
-        parent_sweep_dir=sweep_dir,
+        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=resolved,
+        tags=tags, parent_sweep_dir=sweep_dir,
     )
     recorder.finish("FAILED")
 

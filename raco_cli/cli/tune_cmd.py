@@ -119,21 +119,6 @@ def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
     return out
 
 
-def _compose(overrides: Sequence[str]):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
-
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
-
-
 def _study_name(cfg: Any) -> str:
     return f"{cfg.method.name}-{cfg.dataset.name}-{cfg.constraint.name}-eps{float(cfg.eps):g}-gamma{float(cfg.constraint.gamma):g}"
 
@@ -172,8 +157,9 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
 
     from raco_cli.cli.build import build_run_spec
     from raco_cli.cli.train import train
+    from raco_cli.cli.validate import compose_config, compose_job
 
-    base = _compose([*overrides, "tracking=none"])
+    base = compose_config([*overrides, "tracking=none"])  # bad overrides: one line, before any trial
     spec = build_run_spec(base)  # validates the overrides once (one-line errors)
     method = spec.method.name
     names = METHOD_SPACE.get(method, DEFAULT_SPACE)
@@ -220,7 +206,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         accs, viols = [], []
         try:
             for s in range(int(opts["trial_seeds"])):
-                cfg = _compose([*overrides, *ovr, f"seed={s}", "tracking=none"])
+                cfg = compose_job([*overrides, *ovr, f"seed={s}", "tracking=none"])
                 summary = train(cfg, run_dir=out_dir / f"trial_{trial.number}" / f"seed_{s}")
                 accs.append(float(summary["metrics"]["val"]["accuracy"]))
                 v = summary["metrics"]["train"].get("violation_hard")

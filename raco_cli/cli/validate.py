@@ -235,13 +235,20 @@ def compose_config(args: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra i
     Raises:
         ConfigError: the first problem, as one line.
     """
+    prevalidate(args)
+    return compose_job(job_overrides(args))
+
+
+def compose_job(overrides: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra is imported lazily)
+    """The job config of ``overrides`` as Hydra composes it, without validation (callers that
+    compose many variants of one validated config, like ``raco tune``'s trials)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    prevalidate(args)
+    register_resolvers()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=job_overrides(args))
+            return compose(config_name="config", overrides=list(overrides))
     finally:
         GlobalHydra.instance().clear()
