@@ -283,23 +283,24 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     n_tests = len(SCORES) * len(ks)
     level = audit.beta / n_tests
     included = S == 1
-    tests = []
+    tests: list[dict[str, Any]] = []
     for name in SCORES:
         score = scorer.scores[name].numpy()
         for k in ks:
             guess = stats.top_k_guesses(score, k, rng_ties)
             v = int(included[guess].sum())
             lb = stats.eps_lower_bound_one_run(m, k, v, delta=prep.spec.delta, beta=level)
-            tests.append({"score": name, "k": int(k), "correct": v, "eps_lower_bound": lb})
+            tests.append({"score": name, "k": int(k), "correct": v, "eps_lower_bound": float(lb)})
     best = max(tests, key=lambda t: t["eps_lower_bound"])
+    best_lb = float(best["eps_lower_bound"])
     return AuditResult(
-        eps_lower_bound=best["eps_lower_bound"],
+        eps_lower_bound=best_lb,
         confidence=1 - audit.beta,
         eps_accounted=eps_acc,
         eps_accounted_histogram=eps_hist,
         eps_target=prep.spec.eps,
         delta=prep.spec.delta,
-        violation=best["eps_lower_bound"] > eps_acc,
+        violation=best_lb > eps_acc,
         mechanism=audit.mechanism,
         canaries=m,
         included=int(included.sum()),

@@ -79,7 +79,7 @@ def format_result(result, out: Path) -> str:  # noqa: ANN001
     r = result
     s = r.settings
     conf = r.conformance
-    per_score = {}
+    per_score: dict[str, float] = {}
     for t in r.tests:
         per_score[t["score"]] = max(per_score.get(t["score"], 0.0), t["eps_lower_bound"])
     lines = [

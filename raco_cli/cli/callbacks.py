@@ -17,7 +17,7 @@ class CloseSweep(Callback):
     did not finish), so no sweep parent stays RUNNING forever."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        tracking = config.get("tracking") or {}
+        tracking: Any = config.get("tracking") or {}
         if not tracking.get("enabled") or not tracking.get("uri"):
             return
         try:

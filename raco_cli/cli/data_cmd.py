@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 import ast
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from raco_cli.cli.paths import PROJECT_ROOT
 from raco_cli.errors import ConfigError, RacoError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         raise ConfigError(f"raco data: {message} (see raco data --help)")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
 from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknown_name
@@ -22,7 +23,7 @@ DEFAULT_OUT = Path("outputs/figures")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 

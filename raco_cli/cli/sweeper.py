@@ -252,20 +252,20 @@ class RacoSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        todo = [o for o, _, _ in keyed]
-        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(todo), 1)
+        jobs_to_run = [o for o, _, _ in keyed]
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs_to_run), 1)
         from hydra.core.utils import JobStatus
 
         returns = []
         initial_job_idx, failed = 0, 0
-        for start in range(0, len(todo), size):
-            batch = todo[start : start + size]
+        for start in range(0, len(jobs_to_run), size):
+            batch = jobs_to_run[start : start + size]
             results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
             # a failed job returns None (raco train records it FAILED in MLflow and goes on)
             failed += sum(1 for r in results if r.status != JobStatus.COMPLETED or r.return_value is None)
             initial_job_idx += len(batch)
             returns.append(results)
-        LAST_SWEEP.update(jobs=len(todo), failed=failed, skipped=skipped)
+        LAST_SWEEP.update(jobs=len(jobs_to_run), failed=failed, skipped=skipped)
         return returns
 
 

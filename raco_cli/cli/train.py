@@ -137,7 +137,7 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     from raco_cli.methods.planning import plan
 
     spec = build_run_spec(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    resolved = _plain(cfg)
     method = methods.get(spec.method.name)
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
@@ -151,7 +151,7 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     validate = getattr(method, "validate", None)
     if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
         validate(spec.method, cons, data)
-    model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=spec.model)
+    model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
     n_train = len(data.splits["train"])
     pplan = plan(
         method, spec.method, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
@@ -360,6 +360,15 @@ def _common_gamma(gammas: Any, default: float) -> float | None:
     return values.pop() if len(values) == 1 else None
 
 
+def _plain(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain containers (MLflow params, summary.json)."""
+    if isinstance(cfg, DictConfig):
+        out = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(out, dict)
+        return {str(k): v for k, v in out.items()}
+    return dict(cfg)
+
+
 def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
     """Tags of every job's MLflow run, finished or failed (``raco.config_hash``: sweep resume)."""
     return {
@@ -394,8 +403,7 @@ def record_failure(cfg: DictConfig, run_dir: Path, sweep_dir: Path | None, error
         return
     from raco_cli.tracking.mlflow_store import RunRecorder
 
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
+    resolved = _plain(cfg)
     tags = {**run_tags(spec, resolved, run_dir), "raco.error": f"{type(error).__name__}: {error}"[:5000]}
     recorder = RunRecorder(
         uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=resolved,

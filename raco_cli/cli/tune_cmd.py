@@ -184,7 +184,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     # A resumed search must not redraw the random start-up points of the first session, so the
     # sampler's seed moves on with the number of trials already in the study.
     seed = int(opts["sampler_seed"]) + len(study.get_trials(deepcopy=False))
-    kw = {} if native_constraints else {"constraints_func": constraints}
+    kw: dict[str, Any] = {} if native_constraints else {"constraints_func": constraints}
     study.sampler = optuna.samplers.TPESampler(seed=seed, **kw)
     study.set_user_attr("overrides", overrides)
     requeued = _requeue_interrupted(study)

@@ -130,12 +130,12 @@ def _variants(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[l
             sweeps.append((len(base), [f"{key}={v}" for v in values]))
             base.append(f"{key}={values[0]}")
         else:
-            base.append(o.input_line)
+            base.append(str(o.input_line))
         group = o.key_or_group
         if group in GROUPS and not o.is_delete():
             opts = group_options(group, extra_dirs)
-            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
-            for v in values:
+            choices: list[object] = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+            for v in choices:
                 if isinstance(v, str) and v not in opts and not (group in ("experiment", "debug") and v == "null"):
                     raise unknown_name(group, v, opts)
     variants = [base]

@@ -237,7 +237,7 @@ class ConstraintSet:
         :func:`cell_weights`."""
         return cell_weights(self.membership, self.alpha, np.asarray(H, dtype=float), np.asarray(lam, dtype=float), floor)
 
-    def to_torch(self, device: object = "cpu") -> ConstraintTensors:
+    def to_torch(self, device: Any = "cpu") -> ConstraintTensors:
         """The arrays as float64 torch tensors on a device, for the training loop."""
         import torch
 

@@ -33,7 +33,7 @@ def report(
     status = Counter(r.get("status") for r in records)
     lines = [
         f"experiment {experiment} ({uri}): {len(records)} runs ("
-        + ", ".join(f"{n} {s.lower()}" for s, n in sorted(status.items()))
+        + ", ".join(f"{n} {str(s).lower()}" for s, n in sorted(status.items(), key=lambda kv: str(kv[0])))
         + ")",
     ]
     pts = run_points(records, x_metric=x_metric, series=("eps",))
@@ -58,10 +58,10 @@ def report(
             )
     lines.append("")
     lines.append("Hard-constraint satisfaction at the selected checkpoint (constrained runs):")
-    constrained = [p for p in pts if p.knob == "constraint.gamma" and p.params.get("constraint.name") not in (None, "none")]
+    constrained = [r for r in pts if r.knob == "constraint.gamma" and r.params.get("constraint.name") not in (None, "none")]
     by_method: dict[tuple[str, Any], list[Any]] = {}
-    for p in constrained:
-        by_method.setdefault((p.method, p.series[0]), []).append(p)
+    for r in constrained:
+        by_method.setdefault((r.method, r.series[0]), []).append(r)
     for (method, eps), ps in by_method.items():
         tr = [p.satisfied_train for p in ps if p.satisfied_train is not None]
         te = [p.satisfied_test for p in ps if p.satisfied_test is not None]
@@ -76,6 +76,6 @@ def report(
     if failed:
         lines.append("")
         lines.append(f"Failed runs ({len(failed)}):")
-        for r in failed[:10]:
-            lines.append(f"  {r['run_id'][:8]} {r.get('tags', {}).get('raco.error', '(no error recorded)')[:160]}")
+        for rec in failed[:10]:
+            lines.append(f"  {rec['run_id'][:8]} {rec.get('tags', {}).get('raco.error', '(no error recorded)')[:160]}")
     return "\n".join(lines)

@@ -99,6 +99,13 @@ class MethodSpec:
     precision: str = "auto"
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def required(self, key: str) -> float:
+        """A numeric setting a private method needs (the planner checked it is set)."""
+        value = getattr(self, key)
+        if value is None:
+            raise ConfigError(f"method.{key} must be set for the private method {self.name} (got null).")
+        return float(value)
+
     def __post_init__(self) -> None:
         _positive_int("method.batch_size", self.batch_size, "the expected Poisson batch size.")
         if self.steps is not None:

@@ -323,7 +323,7 @@ def run(
     on_release = getattr(reporter, "on_release", None)
     independent = constrained and spec.sampling == "independent"
     clip = spec.clip_norm  # private runs always clip; non-private ones only when asked (Fig. 8a)
-    noise_std = spec.noise_multiplier * spec.clip_norm if flags.private else 0.0
+    noise_std = spec.required("noise_multiplier") * spec.required("clip_norm") if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
     checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
@@ -357,7 +357,7 @@ def run(
                     logits = None if independent else z_h
             H = _histogram(z_h, rows.cell_rows(gathered[0], samples[0]), constraints.Q, constraints.K, spec, device)
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell
-                H = H + laplace_noise(tuple(H.shape), spec.hist_noise_multiplier, g_noise).to(device)
+                H = H + laplace_noise(tuple(H.shape), spec.required("hist_noise_multiplier"), g_noise).to(device)
                 releases["laplace_histogram"] += 1
             if on_release is not None:  # before the update: theta_{t-1} produced this histogram
                 on_release(t, "histogram", H)

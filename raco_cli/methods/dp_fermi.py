@@ -152,10 +152,10 @@ def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True
     """One step: both gradient sums on one Poisson sample (or only theta's when lam = 0)."""
     o = options(spec)
     if not _releases_w(o):
-        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.required("noise_multiplier"))
     return dpa.PoissonSampledDpEvent(
         sample_rate,
-        dpa.ComposedDpEvent([dpa.GaussianDpEvent(spec.noise_multiplier), dpa.GaussianDpEvent(o["noise_multiplier_w"])]),
+        dpa.ComposedDpEvent([dpa.GaussianDpEvent(spec.required("noise_multiplier")), dpa.GaussianDpEvent(o["noise_multiplier_w"])]),
     )
 
 
@@ -179,8 +179,8 @@ def group_proportions(
     if isinstance(o["group_proportions"], str):
         counts = torch.as_tensor(np.bincount(groups, minlength=n_groups), dtype=torch.float64)
         noisy = counts + gaussian_noise((n_groups,), o["count_noise_multiplier"], generator, dtype=torch.float64).cpu()
-        noisy = noisy.clamp(min=o["count_floor"]).numpy()
-        return noisy / noisy.sum(), 1
+        clamped = noisy.clamp(min=o["count_floor"]).numpy()
+        return clamped / clamped.sum(), 1
     p = np.asarray(o["group_proportions"], dtype=np.float64)
     return p / p.sum(), 0
 

@@ -18,7 +18,7 @@ FLAGS = core.CoreFlags(private=True, constrained=False, hist_noise=False)
 
 
 def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
-    return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+    return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.required("noise_multiplier"))
 
 
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):

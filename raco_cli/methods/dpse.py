@@ -134,7 +134,7 @@ def budget_split(spec: MethodSpec) -> tuple[float, float]:
     With ``allocation: uniform`` there is no stage 1 (tau = 0, mu = rho).
     """
     o = options(spec)
-    rho = 1.0 / (2.0 * spec.noise_multiplier**2)
+    rho = 1.0 / (2.0 * spec.required("noise_multiplier") ** 2)
     if o["allocation"] == "uniform":
         return 0.0, rho
     return o["se_share"] * rho, (1.0 - o["se_share"]) * rho

@@ -22,12 +22,12 @@ FLAGS = core.CoreFlags(private=True, constrained=True, hist_noise=True)
 
 def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
     if not constrained:  # no rate constraint: no histogram is released (DP-SGD)
-        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.noise_multiplier)
+        return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.required("noise_multiplier"))
     return events.raco_step(
         sample_rate=sample_rate,
-        noise_multiplier=spec.noise_multiplier,
-        hist_noise_multiplier=spec.hist_noise_multiplier,
-        sampling=spec.sampling,
+        noise_multiplier=spec.required("noise_multiplier"),
+        hist_noise_multiplier=spec.required("hist_noise_multiplier"),
+        sampling="shared" if spec.sampling == "shared" else "independent",
     )
 
 

@@ -91,7 +91,7 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
                 sampling_prob=event.sampling_probability,
                 value_discretization_interval=d,
             )
-        self._pld = self._pld.compose(pld.self_compose(count))
+        self._pld = self._pld.compose(pld.self_compose(count))  # type: ignore[has-type]  # untyped base class attribute
         return None
 
     @property
