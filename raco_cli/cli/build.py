@@ -22,6 +22,7 @@ from raco_cli.methods.base import MethodSpec
 
 # keys excluded from the config hash: they do not change what a run computes (where the
 # data files are read from is checksum-verified; the device changes nothing but speed).
+# `threads` is in: it changes the step times a timing sweep (Table 2) measures.
 # Everything else is in, the seed included: the hash identifies one computation.
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download")
 
@@ -79,6 +80,7 @@ class RunSpec:
     model: Mapping[str, Any]
     tracking: TrackingSpec
     config_hash: str
+    threads: int | None = None  # torch CPU threads (None: torch's default)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -243,6 +245,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     if seed is None or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer (got seed={seed}).")
     device = _string(c, "device", "device", "auto, cpu, cuda or cuda:N.")
+    threads = _integer(c, "threads", "threads", "the number of torch CPU threads (or null).", optional=True)
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads must be a positive integer or null (got threads={threads}); null keeps torch's default.")
     assert device is not None
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:") or device == "mps"):
         raise ConfigError(f"device must be one of auto, cpu, cuda, cuda:N (got device={device!r}).")
@@ -301,4 +306,5 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         model=model,
         tracking=tracking,
         config_hash=config_hash(c),
+        threads=threads,
     )

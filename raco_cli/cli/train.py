@@ -242,6 +242,10 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
     run_dir = Path(run_dir)
     check_writable(run_dir)
     warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
+    if spec.threads is not None:  # e.g. 1 for timing (Table 2): no thread sync on tiny ops
+        import torch
+
+        torch.set_num_threads(spec.threads)
 
     recorder = None
     if spec.tracking.enabled:
