@@ -25,7 +25,7 @@ def check_noise(key: str, value: float | None, *, laplace: bool = False) -> None
     raco_cli.errors.ConfigError: method.noise_multiplier must be >= 0.1 (got method.noise_multiplier=1e-31): smaller noise costs eps in the hundreds per step and the accountant cannot represent it; for training without noise use method=sgda or method=sgd.
     """
     floor = MIN_LAPLACE_SCALE if laplace else MIN_NOISE_MULTIPLIER
-    if value is not None and value < floor:
+    if value is not None and value < floor * (1.0 - 1e-9):  # tolerance: calibration scales noise down to the floor
         raise ConfigError(
             f"{key} must be >= {floor:g} (got {key}={value:g}): smaller noise costs eps in the hundreds per step "
             "and the accountant cannot represent it; for training without noise use method=sgda or method=sgd."

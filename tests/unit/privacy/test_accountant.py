@@ -143,3 +143,20 @@ def test_plain_gaussian_composition_is_one_gaussian():
     lib.compose(tree)
     assert accountant.epsilon(tree, 1e-5) == pytest.approx(lib.get_epsilon(1e-5), rel=5e-3)
     assert accountant.epsilon(tree, 1e-5) <= lib.get_epsilon(1e-5) + 1e-9
+
+
+@pytest.mark.parametrize("sigma", [0.19])  # one case: each accounts sigma = 0.1 PLDs (~20 s)
+def test_calibrated_plan_at_a_huge_budget_stops_at_the_noise_floor(sigma):
+    """eps = 1e4 needs almost no noise: the plan lands on the floor (sigma 0.1 and Laplace
+    scale 0.01 limit it), without tripping the floor check on rounding (0.1 / 0.19 * 0.19 < 0.1)."""
+    from raco_cli import methods
+    from raco_cli.methods.base import MethodSpec
+    from raco_cli.methods.planning import plan
+    from raco_cli.privacy import limits
+
+    spec = MethodSpec(name="raco_dp", batch_size=100, steps=5, calibrate_noise=True, clip_norm=1.0,
+                      noise_multiplier=sigma, hist_noise_multiplier=2.0 * sigma)
+    p = plan(methods.get("raco_dp"), spec, n_train=1000, eps=1e4, delta=1e-5, constrained=True)
+    assert p.eps_planned <= 1e4
+    assert p.spec.noise_multiplier >= limits.MIN_NOISE_MULTIPLIER * (1 - 1e-9)
+    assert p.spec.noise_multiplier == pytest.approx(limits.MIN_NOISE_MULTIPLIER, rel=0.01)
