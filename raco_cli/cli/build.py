@@ -253,8 +253,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         raise ConfigError(f"device must be one of auto, cpu, cuda, cuda:N (got device={device!r}).")
     privacy = c.get("privacy") or {}
     discretization = _number(privacy, "discretization", "privacy.discretization", "the PLD loss grid.")
-    if not 0 < discretization <= 0.1:
-        raise ConfigError(f"privacy.discretization must be in (0, 0.1] (got {discretization}); it is the PLD loss grid.")
+    from raco_cli.privacy.limits import check_discretization
+
+    check_discretization("privacy.discretization", discretization)
     secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
 
     ds = c.get("dataset") or {}

@@ -81,8 +81,9 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if not 0 < args.delta < 1:
         raise ConfigError(DELTA_RANGE.format(value=args.delta))
-    from raco_cli.privacy.limits import check_noise
+    from raco_cli.privacy.limits import check_discretization, check_noise
 
+    check_discretization("--discretization", args.discretization)
     check_noise("--noise-multiplier", args.noise_multiplier)
     check_noise("--hist-noise-multiplier", args.hist_noise_multiplier, laplace=True)
     if args.hist_noise_multiplier is None:

@@ -13,6 +13,19 @@ from raco_cli.errors import ConfigError
 
 MIN_NOISE_MULTIPLIER = 0.1  # Gaussian sigma (noise std / clipping norm)
 MIN_LAPLACE_SCALE = 0.01  # Laplace scale per unit l1 sensitivity (1 / the paper's b)
+# PLD loss grid: a PLD has (loss range / discretization) points, so finer grids take gigabytes
+DISCRETIZATION_RANGE = (1e-6, 0.1)
+
+
+def check_discretization(key: str, value: float) -> None:
+    """Raise a one-line ConfigError for a PLD grid outside :data:`DISCRETIZATION_RANGE`.
+
+    >>> check_discretization("privacy.discretization", 1e-4)
+    """
+    lo, hi = DISCRETIZATION_RANGE
+    if not lo <= value <= hi:
+        raise ConfigError(f"{key} must be in [{lo:g}, {hi:g}] (got {value:g}); it is the PLD loss grid "
+                          "(default 1e-4; smaller is tighter and slower).")
 
 
 def check_noise(key: str, value: float | None, *, laplace: bool = False) -> None:
