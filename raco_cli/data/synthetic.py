@@ -28,13 +28,25 @@ def load(
     Raises:
         ConfigError: an option out of range (one line naming ``dataset.options.<key>``).
     """
-    for key, value, low in (("n", n, 100), ("n_features", n_features, 1), ("n_groups", n_groups, 1),
-                            ("n_classes", n_classes, 2), ("seed", seed, 0)):
+    # upper bounds keep a typo from allocating gigabytes (n x n_features float64 cells)
+    for key, value, low, high in (("n", n, 100, 10**7), ("n_features", n_features, 1, 10**4),
+                                  ("n_groups", n_groups, 1, 1000), ("n_classes", n_classes, 2, 1000),
+                                  ("seed", seed, 0, 2**32 - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(
                 f"dataset.options.{key} must be an integer >= {low} (got dataset.options.{key}={value!r}); "
                 "see conf/dataset/synthetic.yaml."
             )
+        if value > high:
+            raise ConfigError(
+                f"dataset.options.{key} must be <= {high} (got dataset.options.{key}={value!r}); "
+                "see conf/dataset/synthetic.yaml."
+            )
+    if n * n_features > 5 * 10**7:
+        raise ConfigError(
+            f"dataset.options.n x dataset.options.n_features must be <= 5e7 (got {n} x {n_features}); "
+            "a larger synthetic table takes gigabytes. Lower one of them."
+        )
     rng = np.random.default_rng(seed)
     group = rng.choice(n_groups, size=n, p=_group_shares(n_groups))
     Z = rng.normal(size=(n, n_features))

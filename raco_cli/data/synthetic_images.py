@@ -17,6 +17,7 @@ import numpy as np
 
 from raco_cli.data.tabular import stratified_split
 from raco_cli.data.types import FeatureStore, TabularData
+from raco_cli.errors import ConfigError
 
 
 class SyntheticImageStore:
@@ -47,7 +48,19 @@ class SyntheticImageStore:
 
 def load(*, n: int = 600, size: int = 32, lazy: bool = True, seed: int = 0, split_seed: int = 0) -> TabularData:
     """Generate the dataset (deterministic in ``seed``); shared split protocol (25 % test,
-    15 % of the rest validation, stratified by label x group)."""
+    15 % of the rest validation, stratified by label x group).
+
+    Raises:
+        ConfigError: an option out of range (one line naming ``dataset.options.<key>``).
+    """
+    for key, value, low, high in (("n", n, 40, 10**6), ("size", size, 8, 512), ("seed", seed, 0, 2**32 - 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(
+                f"dataset.options.{key} must be an integer in [{low}, {high}] (got dataset.options.{key}={value!r}); "
+                "see conf/dataset/synthetic_images.yaml."
+            )
+    if not isinstance(lazy, bool):
+        raise ConfigError(f"dataset.options.lazy must be true or false (got dataset.options.lazy={lazy!r}).")
     rng = np.random.default_rng(seed)
     group = (rng.random(n) < 0.45).astype(np.int64)
     y = (rng.random(n) < np.where(group == 0, 0.6, 0.35)).astype(np.int64)

@@ -37,6 +37,7 @@ def _prepare(*extra: str, tmp_path=None):
         ("method.noise_multiplier=1e-31", "method.noise_multiplier must be >= 0.1 (got method.noise_multiplier=1e-31): smaller noise costs eps in the hundreds per step and the accountant cannot represent it; for training without noise use method=sgda or method=sgd."),
         ("method.hist_noise_multiplier=0.001", "method.hist_noise_multiplier must be >= 0.01 (got method.hist_noise_multiplier=0.001): smaller noise costs eps in the hundreds per step and the accountant cannot represent it; for training without noise use method=sgda or method=sgd."),
         ("privacy.discretization=1e-300", "privacy.discretization must be in [1e-06, 0.1] (got 1e-300); it is the PLD loss grid (default 1e-4; smaller is tighter and slower)."),
+        ("dataset.options.n_features=1000000", "dataset.options.n_features must be <= 10000 (got dataset.options.n_features=1000000); see conf/dataset/synthetic.yaml."),
         ("threads=0", "threads must be a positive integer or null (got threads=0); null keeps torch's default."),
         ("dataset.split_seed=-1", "dataset.split_seed must be an integer in [0, 2^32 - 1] (got dataset.split_seed=-1)."),
         ("method=adam", "Unknown method 'adam'. Available: dp_fermi, dp_sgd, dpse, raco_dp, sgd, sgda."),
