@@ -32,7 +32,7 @@ train: $(STAMP) ## the main job: raco train dataset=adult constraint=dp eps=1 (A
 	$(RACO) train dataset=adult constraint=dp eps=1 $(ARGS)
 
 test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
-	$(PYTEST) -m "not slow and not gpu" -n 2 -q
+	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu" -n 2 -q
 
 test-slow: $(STAMP) ## slow tests only (minutes)
 	$(PYTEST) -m "slow and not gpu" -q
