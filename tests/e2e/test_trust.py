@@ -60,7 +60,9 @@ def test_sigkill_mid_training_leaves_a_consistent_store_marked_failed_on_the_nex
         run = None
         while time.time() < deadline:  # wait until the run is recording metrics
             time.sleep(1.0)
-            if db.exists():
+            # open the store only once the run exists: a reader racing the process that creates
+            # the SQLite schema can break its migration (the run then never starts)
+            if (tmp_path / "killed" / ".mlflow_run_id").exists():
                 try:
                     client, runs = runs_of(db)
                 except Exception:  # noqa: BLE001 - store still being created
