@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import ast
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from raco_cli.cli.args import OneLineParser
 from raco_cli.cli.paths import PROJECT_ROOT
 from raco_cli.errors import ConfigError, RacoError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"raco data: {message} (see raco data --help)")
+class _Parser(OneLineParser):
+    command = "raco data"
 
 
 def parser() -> argparse.ArgumentParser:

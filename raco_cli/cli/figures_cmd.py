@@ -11,20 +11,14 @@ has runs and lists the others.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from raco_cli.cli.args import OneLineParser
 from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
 from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknown_name
 
 DEFAULT_OUT = Path("outputs/figures")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2
-        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def default_uri() -> str:
@@ -93,7 +87,7 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
 def figures_main(argv: list[str]) -> int:
     from raco_cli.figures.specs import FIGURES
 
-    parser = _Parser(prog="raco figures", description="Draw paper figures from MLflow runs.")
+    parser = OneLineParser(prog="raco figures", description="Draw paper figures from MLflow runs.")
     parser.add_argument("names", nargs="*", help=f"figures (default: all): {', '.join(FIGURES)}")
     parser.add_argument("--smoke", action="store_true", help="read the SMOKE=1 experiments (<experiment>_smoke)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default outputs/figures)")
@@ -135,7 +129,7 @@ def report_main(argv: list[str]) -> int:
     from raco_cli.figures.report import report
     from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
 
-    parser = _Parser(prog="raco report", description="Pareto table and constraint satisfaction of an experiment.")
+    parser = OneLineParser(prog="raco report", description="Pareto table and constraint satisfaction of an experiment.")
     parser.add_argument("experiment", help="MLflow experiment (a sweep's tracking.experiment, e.g. fig4_adult)")
     parser.add_argument("--all", action="store_true", help="list every configuration, not only the Pareto front")
     parser.add_argument("--x", default=None, help="constraint metric (default: from the runs' constraint: dp_gap, eo_gap, fnr)")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import NoReturn
 
+from raco_cli.cli.args import OneLineParser
 from raco_cli.errors import DELTA_RANGE, EPS_RANGE, ConfigError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2
-        raise ConfigError(f"raco privacy: {message} (see raco privacy --help)")
+class _Parser(OneLineParser):
+    command = "raco privacy"
 
 
 def _positive(name: str):
