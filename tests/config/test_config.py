@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from raco_cli.cli.build import build_run_spec
-from raco_cli.cli.paths import CONF_DIR, group_options, register_resolvers
+from raco_cli.cli.paths import group_options
 from raco_cli.cli.validate import prevalidate
 from raco_cli.errors import ConfigError
-
-
-@pytest.fixture
-def composer():
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield lambda overrides=(): compose(config_name="config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
 
 
 def test_defaults(composer):

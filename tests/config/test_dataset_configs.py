@@ -5,21 +5,10 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from raco_cli import data
 from raco_cli.cli.build import build_run_spec
-from raco_cli.cli.paths import CONF_DIR, group_options, register_resolvers
-
-
-@pytest.fixture
-def composer():
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield lambda overrides=(): compose(config_name="config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
+from raco_cli.cli.paths import group_options
 
 
 def test_every_dataset_has_a_config_and_a_registry_entry():
