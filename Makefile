@@ -12,8 +12,9 @@ TORCH_PIN := torch==2.13.0
 DATASET ?= adult
 ARGS    ?=
 
-# Offline mirror of the datasets: $RACO_DATA_MIRROR, else ../shared/datasets beside the checkout.
-RACO_DATA_MIRROR ?= $(if $(wildcard ../shared/datasets),$(abspath ../shared/datasets),)
+# Offline mirror of the datasets: $RACO_DATA_MIRROR, else ../shared/datasets beside the checkout,
+# else /work/shared/datasets (the same fallbacks as .ci/run).
+RACO_DATA_MIRROR ?= $(firstword $(foreach d,../shared/datasets /work/shared/datasets,$(if $(wildcard $(d)),$(abspath $(d)))))
 export RACO_DATA_MIRROR
 
 help: ## show this help
