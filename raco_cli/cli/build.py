@@ -11,14 +11,14 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from raco_cli.errors import DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
-from raco_cli.methods.base import MethodSpec
+from raco_cli.errors import CHOICE, DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
+from raco_cli.methods.base import SCOPES, MethodSpec
 
 # keys excluded from the config hash: they do not change what a run computes (where the
 # data files are read from is checksum-verified; the device changes nothing but speed).
@@ -36,6 +36,8 @@ class DatasetSpec:
     mirror: str | None
     data_dir: Path
     options: Mapping[str, Any]
+    preprocessing: str = "empirical"  # public | empirical (resolved from dataset.preprocessing)
+    bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class RunSpec:
     tracking: TrackingSpec
     config_hash: str
     threads: int | None = None  # torch CPU threads (None: torch's default)
+    scope: str = "model"  # privacy.scope: model | paper (what eps covers; docs/privacy.md)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -257,6 +260,15 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
 
     check_discretization("privacy.discretization", discretization)
     secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
+    scope = privacy.get("scope", "model")
+    if scope not in SCOPES:
+        raise ConfigError(CHOICE.format(key="privacy.scope", choices=", ".join(SCOPES), value=scope,
+                                        meaning="model: eps covers the model and every record; paper: the paper's protocol."))
+    share = _number({"s": privacy.get("selection_share", 0.05)}, "s", "privacy.selection_share",
+                    "the share of eps spent on the private checkpoint choice.")
+    if not 0 < share < 1:
+        raise ConfigError(f"privacy.selection_share must be in (0, 1) (got privacy.selection_share={share}); "
+                          "it is the share of eps spent on the private checkpoint choice (e.g. 0.05).")
 
     ds = c.get("dataset") or {}
     ds_name = ds.get("name")
@@ -269,6 +281,16 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     if subset is not None and subset < 10:
         raise ConfigError(f"dataset.subset must be >= 10 or null (got {subset}).")
     mirror = ds.get("mirror")
+    preprocessing = ds.get("preprocessing", "auto")
+    if preprocessing not in ("auto", "public", "empirical"):  # raco_cli.data.tabular.PREPROCESSING
+        raise ConfigError(CHOICE.format(key="dataset.preprocessing", choices="auto, public, empirical", value=preprocessing,
+                                        meaning="auto follows privacy.scope (model: public bounds, paper: empirical statistics)."))
+    if preprocessing == "auto":
+        preprocessing = "public" if scope == "model" else "empirical"
+    bounds = ds.get("bounds") or {}
+    if not isinstance(bounds, Mapping):
+        raise ConfigError(TYPE.format(key="dataset.bounds", expected="a mapping column -> [lo, hi]", value=bounds,
+                                      meaning="public feature bounds (conf/dataset/<name>.yaml)."))
     dataset = DatasetSpec(
         name=ds_name,
         split_seed=split_seed,
@@ -277,11 +299,15 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         mirror=str(mirror) if mirror else None,
         data_dir=Path(str((c.get("paths") or {}).get("data_dir") or "datasets")),
         options=dict(ds.get("options") or {}),
+        preprocessing=str(preprocessing),
+        bounds=dict(bounds),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})
 
-    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng)
+    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng, scope=scope)
+    if scope == "model" and method.selection == "best_feasible":
+        method = replace(method, selection_eps=share * eps)
     model = dict(c.get("model") or {})
     if model.get("name") not in models.MODELS:
         raise unknown_name("model", model.get("name"), models.MODELS)
@@ -308,4 +334,5 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         tracking=tracking,
         config_hash=config_hash(c),
         threads=threads,
+        scope=scope,
     )

@@ -41,11 +41,18 @@ class _Progress:
             self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
 
     def on_eval(self, record: Any) -> None:
+        lam_max = max(record.lam) if record.lam else 0.0
+        if "val" not in record.metrics:  # scope=model: held-out test metrics and releases only
+            noisy = record.metrics.get("release", {}).get("noisy_violation")
+            shown = "n/a" if noisy is None else f"{noisy:.4f}"
+            self.bar.set_postfix({"test_acc": f"{record.metrics['test']['accuracy']:.4f}", "noisy_viol": shown}, refresh=False)
+            log.info("step %d test_acc=%.4f noisy_violation=%s lam_max=%.3f", record.step, record.metrics["test"]["accuracy"], shown, lam_max)
+            return
         val = record.metrics["val"]
         self.bar.set_postfix({"val_acc": f"{val['accuracy']:.4f}", "viol": f"{record.metrics['train']['violation_hard']:.3f}"}, refresh=False)
         log.info(
             "step %d val_acc=%.4f train_violation=%.4f lam_max=%.3f",
-            record.step, val["accuracy"], record.metrics["train"]["violation_hard"], max(record.lam) if record.lam else 0.0,
+            record.step, val["accuracy"], record.metrics["train"]["violation_hard"], lam_max,
         )
 
     def close(self) -> None:
@@ -78,7 +85,8 @@ def load_data(spec: RunSpec):
     import json
 
     ds = spec.dataset
-    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options)], sort_keys=True, default=str)
+    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options), ds.preprocessing,
+                      dict(ds.bounds)], sort_keys=True, default=str)
     if key in _DATA_CACHE:
         return _DATA_CACHE[key]
     loaded = _load_data(spec)
@@ -99,6 +107,8 @@ def _load_data(spec: RunSpec):
         allow_download=ds.download,
         split_seed=ds.split_seed,
         options=ds.options,
+        preprocessing=ds.preprocessing,
+        bounds=ds.bounds,
     )
     if ds.subset is not None:
         loaded = loaded.subset(ds.subset, seed=ds.split_seed)
@@ -141,7 +151,8 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     method = methods.get(spec.method.name)
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
-    log.info("Group sizes (train): %s", data.group_sizes("train"))
+    if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
+        log.info("Group sizes (train): %s", data.group_sizes("train"))
     cons = constraints_mod.build_parts(
         spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
         class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
@@ -172,8 +183,9 @@ def warn_secure_rng(private: bool, secure: bool) -> None:
     if private and not secure and not _SECURE_RNG_WARNED:
         _SECURE_RNG_WARNED = True
         log.warning(
-            "Secure RNG turned off: the noise comes from torch's seeded PRNG, which is reproducible "
-            "but predictable. Fine for experiments; set privacy.secure_rng=true for a model you "
+            "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
+            "recorded, so the guarantee does not hold against readers of the records (they know every "
+            "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
             "release (see README, 'Noise source and floating point')."
         )
 
@@ -242,6 +254,8 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
     run_dir = Path(run_dir)
     check_writable(run_dir)
     warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
+    private = bool(method.PRIVATE)
+    full_records = spec.scope == "paper" or not private  # scope=model: no exact training statistics
     if spec.threads is not None:  # e.g. 1 for timing (Table 2): no thread sync on tiny ops
         import torch
 
@@ -254,8 +268,10 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         tags = {
             **run_tags(spec, resolved, run_dir),
             "raco.secure_rng": str(spec.secure_rng).lower(),
+            "raco.privacy.scope": spec.scope,
             "raco.seed.init": str(seeds.init),
-            "raco.seed.sampling": str(seeds.sampling),
+            # secure_rng: batches and noise from os.urandom, no seed to record (secret batches)
+            "raco.seed.sampling": "os.urandom" if spec.secure_rng else str(seeds.sampling),
             "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
         }
         recorder = RunRecorder(
@@ -276,7 +292,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         )
         progress.close()
         nonfinite = int(result.stats.get("nonfinite_rows", 0))
-        if nonfinite:
+        if nonfinite and full_records:  # an exact training statistic: not in scope=model records
             log.warning(
                 "%d per-sample gradients were non-finite (NaN/inf) and were dropped from the clipped sum "
                 "(summary.json stats.nonfinite_rows); the model stayed finite. Lower method.lr or check the data.",
@@ -287,6 +303,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
             raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
         rec = result.selected_record
+        satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
         summary = {
             "schema_version": summary_mod.SCHEMA_VERSION,
             "method": spec.method.name,
@@ -306,11 +323,16 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             "sample_rate": pplan.sample_rate,
             "sampling": pplan.spec.sampling,
             "seed": spec.seed,
-            "seeds": {"init": seeds.init, "sampling": seeds.sampling, "noise": None if spec.secure_rng else seeds.noise},
+            "seeds": {
+                "init": seeds.init,
+                "sampling": None if spec.secure_rng else seeds.sampling,
+                "noise": None if spec.secure_rng else seeds.noise,
+                "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
+            },
             "secure_rng": spec.secure_rng,
             "selection": pplan.spec.selection,
             "selected_step": rec.step,
-            "satisfied": bool(rec.metrics["train"]["satisfied"]),
+            "satisfied": None if satisfied is None else bool(satisfied),
             "metrics": rec.metrics,
             "last_metrics": result.history[-1].metrics,
             "lambda": result.lam,
@@ -319,9 +341,14 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             "stats": {**result.stats, "wall_time_s": time.time() - t_start, "releases": result.releases},
             "config_hash": spec.config_hash,
             "device": str(device),
+            "privacy_scope": spec.scope,
+            "preprocessing": getattr(data, "preprocessing", "empirical"),
         }
         if recorder is not None:
             summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+        # what the scope lets the run write (tracking/summary.py STATUS): every output below
+        # is built from this, never from the full summary
+        summary = summary_mod.released(summary, scope=spec.scope, private=private)
         try:
             summary_path = summary_mod.write(summary, run_dir / "summary.json")
             curves = plot_training_curves(
@@ -334,7 +361,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
             from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
 
             raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
-        if recorder is not None:
+        if recorder is not None and full_records:
             recorder.log_metrics({"stats/nonfinite_rows": float(nonfinite)}, step=int(result.steps))
         if recorder is not None:
             _log_final(recorder, summary, [summary_path, curves, run_dir / "config.yaml"])
@@ -435,7 +462,8 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
                 v = fm.get(name)
                 if isinstance(v, (int, float)) and v == v:
                     final[f"final/{split}/gap/{family}/{name}"] = float(v)
-        final[f"final/{split}/satisfied"] = float(bool(m["satisfied"]))
+        if m.get("satisfied") is not None:
+            final[f"final/{split}/satisfied"] = float(bool(m["satisfied"]))
         for group, acc in (m.get("group_accuracy") or {}).items():
             if acc is not None:
                 final[f"final/{split}/group_accuracy/{group}"] = float(acc)
@@ -443,9 +471,11 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
         final["privacy/eps_spent"] = float(summary["eps_spent"])
     final["privacy/steps"] = float(summary["steps"])
     final["selected_step"] = float(summary["selected_step"])
-    final["time_per_step_ms"] = float(summary["stats"]["time_per_step_ms"])
-    if "throughput_images_per_s" in summary["stats"]:  # training examples per second of step time
-        final["throughput_images_per_s"] = float(summary["stats"]["throughput_images_per_s"])
+    stats = summary.get("stats") or {}
+    if "time_per_step_ms" in stats:  # absent in scope=model (step times follow private batch sizes)
+        final["time_per_step_ms"] = float(stats["time_per_step_ms"])
+    if "throughput_images_per_s" in stats:  # training examples per second of step time
+        final["throughput_images_per_s"] = float(stats["throughput_images_per_s"])
     recorder.log_metrics(final, step=int(summary["steps"]))
     recorder.set_tags({"satisfied": str(summary["satisfied"]).lower(), "private": str(summary["private"]).lower()})
     for path in artifacts:
@@ -464,6 +494,13 @@ def _record_quietly(cfg: DictConfig, run_dir: Path, sweep_dir: Path | None, exc:
         log.exception("could not record the failed job in MLflow")
 
 
+SCOPE_NOTES = {
+    "model": "model (eps covers the model and every record written)",
+    "paper": "paper (eps covers training only: not the exact-data checkpoint choice, "
+             "preprocessing statistics or training statistics in the records)",
+}
+
+
 def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
     """The short result table printed after a run."""
     test = summary["metrics"]["test"]
@@ -480,9 +517,14 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
                 lines.append(f"  test {name:<16}{value:.4f}")
         if not fm.get("standard"):
             lines.append(f"  test {family} max Gamma  {fm['max_hard']:.4f}")
-    lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
+    if summary.get("privacy_scope") == "model" and summary.get("private"):
+        shown = "unknown (no noisy histogram)" if summary["satisfied"] is None else str(summary["satisfied"]).lower()
+        lines.append(f"  gamma                {summary['gamma']:g}   (constraint satisfied by the noisy histograms: {shown})")
+    else:
+        lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
     if summary["eps_spent"] is not None:
         lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+        lines.append(f"  privacy scope        {SCOPE_NOTES.get(summary.get('privacy_scope', 'paper'), '')}")
     else:
         lines.append("  eps spent            not private")
     lines += [
@@ -526,6 +568,9 @@ def hydra_entry() -> None:
                 _record_quietly(cfg, run_dir, sweep_dir, exc)
             return None
         print(format_result(summary, run_dir), flush=True)
-        return float(summary["metrics"]["val"]["accuracy"])
+        # the job's value for an optimising sweeper: validation accuracy; NaN in scope=model,
+        # which writes no exact validation statistic (None would mean "failed" to the sweeper)
+        val = summary["metrics"].get("val")
+        return float("nan") if val is None else float(val["accuracy"])
 
     _task()

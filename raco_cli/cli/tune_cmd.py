@@ -98,6 +98,9 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
             raise ConfigError(f"Unknown option {arg}. raco tune takes key=value overrides (raco tune --help).")
         else:
             overrides.append(arg)
+    if not any(o.startswith(("privacy.scope=", "+privacy.scope=")) for o in overrides):
+        # tuning reads exact validation accuracy and train feasibility: the paper's protocol
+        overrides.insert(0, "privacy.scope=paper")
     for key in ("trials", "trial_seeds", "seeds"):
         v = opts[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "seeds" else 1):

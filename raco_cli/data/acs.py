@@ -34,7 +34,7 @@ That is 2 + 64 = 66 features (75 with RAC1P).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +178,8 @@ def load(
     horizon: str = "1-Year",
     states: Sequence[str] = ("AL",),
     sensitive_as_feature: bool = False,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Load ACSEmployment as :class:`TabularData` (label 1 = ESR == 1, group = RAC1P - 1)."""
     from folktables import ACSDataSource, ACSEmployment
@@ -221,6 +223,8 @@ def load(
         class_names=("not employed", "employed"),
         group_names=RAC1P_GROUPS,
         split_seed=split_seed,
+        preprocessing=preprocessing,
+        bounds=bounds,
         source=", ".join(str(root / s.name) for s in specs),
         meta={"sensitive": "RAC1P", "label": "ESR==1", "year": year, "horizon": horizon, "states": list(states)},
     )

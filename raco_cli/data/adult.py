@@ -9,6 +9,7 @@ categorical columns over their public vocabularies (from ``adult.names``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +141,7 @@ def _check_shape(df: pd.DataFrame, path: str) -> None:
 
 
 def load(
-    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0
+    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, preprocessing: str = "empirical", bounds: Mapping[str, object] | None = None
 ) -> TabularData:
     """Load Adult as :class:`TabularData` (label 1 = income >50K, group 0 = Male, 1 = Female)."""
     df, source = read_raw(data_dir=data_dir, mirror=mirror, allow_download=allow_download)
@@ -155,6 +156,8 @@ def load(
         class_names=("<=50K", ">50K"),
         group_names=GROUPS,
         split_seed=split_seed,
+        preprocessing=preprocessing,
+        bounds=bounds,
         source=source,
         meta={"sensitive": "sex", "label": "income>50K"},
     )

@@ -23,6 +23,7 @@ Definitions:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,8 @@ def load(
     split_seed: int = 0,
     sensitive: str = "Sex",
     sensitive_as_feature: bool = True,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Load Heart as :class:`TabularData` (label 1 = HeartDiseaseorAttack)."""
     if not isinstance(sensitive_as_feature, bool):
@@ -148,6 +151,8 @@ def load(
         class_names=("no heart disease", "heart disease or attack"),
         group_names=names,
         split_seed=split_seed,
+        preprocessing=preprocessing,
+        bounds=bounds,
         source=source,
         meta={"sensitive": sensitive, "label": LABEL, "sensitive_as_feature": sensitive_as_feature},
     )

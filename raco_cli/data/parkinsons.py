@@ -12,9 +12,11 @@ Definitions:
   (the motor part of the total score, so strongly predictive) is a feature in the reference
   setup; ``dataset.options.include_motor_updrs=false`` drops it (18 features).
 * sensitive attribute: sex, group 0 ``Male``, 1 ``Female``; not a feature.
-* label: ``total_UPDRS > median`` where the median is taken over the **training part** only
-  (no test row enters a training statistic).  The reference file thresholds at the
-  full-data median 27.576 instead.
+* label: ``dataset.preprocessing=empirical`` (``privacy.scope=paper``): ``total_UPDRS >
+  median`` where the median is taken over the **training part** only (no test row enters a
+  training statistic).  ``public`` (``scope=model``): ``total_UPDRS > 27.576``, the fixed
+  threshold of the reference file (its full-data median), used for the split's strata too;
+  features then scaled with the public bounds of ``conf/dataset/parkinsons.yaml``.
 
 Split: stratification needs a label before the split exists.  We stratify on
 (provisional label, sex), the provisional label being ``total_UPDRS >`` the full-data median,
@@ -30,6 +32,7 @@ rows, not subjects).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +75,12 @@ def read_raw(*, data_dir: Path, mirror: str | None, allow_download: bool) -> tup
     return df, str(path)
 
 
+# dataset.preprocessing=public: the label threshold is the published constant of the reference
+# preprocessing (its processed file thresholds total_UPDRS at 27.576, the median of the UCI
+# release): a fixed task definition, not a statistic of the training part.
+PUBLIC_THRESHOLD = 27.576
+
+
 def feature_columns(include_motor_updrs: bool = True) -> tuple[str, ...]:
     """The feature columns in file order (19, or 18 without motor_UPDRS)."""
     drop = {"subject#", "sex", "total_UPDRS"} | (set() if include_motor_updrs else {"motor_UPDRS"})
@@ -85,6 +94,8 @@ def load(
     allow_download: bool = True,
     split_seed: int = 0,
     include_motor_updrs: bool = True,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Load Parkinsons as :class:`TabularData` (label 1 = total_UPDRS > training median)."""
     if not isinstance(include_motor_updrs, bool):
@@ -99,11 +110,18 @@ def load(
     df, source = read_raw(data_dir=data_dir, mirror=mirror, allow_download=allow_download)
     total = df["total_UPDRS"].to_numpy(dtype=np.float64)
     group = (df["sex"] == 1).to_numpy(dtype=np.int64)
-    provisional = (total > np.median(total)).astype(np.int64)  # stratification only
-    splits = stratified_split(provisional, group, seed=split_seed)
-    threshold = float(np.median(total[splits["train"]]))
-    y = (total > threshold).astype(np.int64)
-    log.info("parkinsons: label total_UPDRS > %.4f (median of the training part)", threshold)
+    if preprocessing == "public":
+        # a fixed, published task definition (not a statistic of the rows being trained on):
+        # the same value stratifies the split and defines the label
+        threshold, how = PUBLIC_THRESHOLD, "public task threshold"
+        y = (total > threshold).astype(np.int64)
+        splits = stratified_split(y, group, seed=split_seed)
+    else:
+        provisional = (total > np.median(total)).astype(np.int64)  # stratification only
+        splits = stratified_split(provisional, group, seed=split_seed)
+        threshold, how = float(np.median(total[splits["train"]])), "training median"
+        y = (total > threshold).astype(np.int64)
+        log.info("parkinsons: label total_UPDRS > %.4f (median of the training part)", threshold)
     return build_tabular(
         "parkinsons",
         df,
@@ -113,11 +131,13 @@ def load(
         class_names=("low UPDRS", "high UPDRS"),
         group_names=GROUPS,
         split_seed=split_seed,
+        preprocessing=preprocessing,
+        bounds=bounds,
         source=source,
         splits=splits,
         meta={
             "sensitive": "sex",
-            "label": f"total_UPDRS>{threshold:.4f} (training median)",
+            "label": f"total_UPDRS>{threshold:.4f} ({how})",
             "label_threshold": threshold,
             "include_motor_updrs": include_motor_updrs,
         },

@@ -112,14 +112,21 @@ def load(
     allow_download: bool = True,
     split_seed: int = 0,
     options: Mapping[str, Any] | None = None,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, Any] | None = None,
 ) -> TabularData:
-    """Load a dataset by name with the shared split protocol."""
+    """Load a dataset by name with the shared split protocol.
+
+    ``preprocessing``/``bounds``: ``dataset.preprocessing`` (public | empirical) and
+    ``dataset.bounds``, for loaders that scale numeric features (ignored by the others).
+    """
     entry = get(name)
     kwargs = dict(options or {})
     loader = entry.loader().load
+    params = inspect.signature(loader).parameters
     allowed = sorted(
-        p for p in inspect.signature(loader).parameters
-        if p not in ("data_dir", "mirror", "allow_download", "split_seed")
+        p for p in params
+        if p not in ("data_dir", "mirror", "allow_download", "split_seed", "preprocessing", "bounds")
     )
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
@@ -129,4 +136,6 @@ def load(
         )
     if entry.needs_files:
         kwargs.update(data_dir=Path(data_dir), mirror=mirror, allow_download=allow_download)
+    if "preprocessing" in params:
+        kwargs.update(preprocessing=preprocessing, bounds=dict(bounds or {}))
     return loader(split_seed=split_seed, **kwargs)

@@ -6,6 +6,8 @@ unconstrained classifier shows a demographic-parity gap that a constraint can cl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -22,6 +24,8 @@ def load(
     n_classes: int = 2,
     seed: int = 0,
     split_seed: int = 0,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Generate the synthetic table (deterministic in ``seed``).
 
@@ -58,6 +62,9 @@ def load(
     y = np.array([rng.choice(n_classes, p=row) for row in p])
     names = [f"x{i}" for i in range(n_features)]
     df = pd.DataFrame(Z, columns=names)
+    if preprocessing == "public" and not bounds:
+        # the generating distribution is public: N(0, 1) (x0 shifted by at most 0.8)
+        bounds = dict.fromkeys(names, [-5.0, 5.0])
     return build_tabular(
         "synthetic",
         df,
@@ -67,6 +74,8 @@ def load(
         class_names=tuple(f"class{k}" for k in range(n_classes)),
         group_names=tuple(f"group{g}" for g in range(n_groups)),
         split_seed=split_seed,
+        preprocessing=preprocessing,
+        bounds=bounds,
         source=f"generated (seed={seed})",
     )
 

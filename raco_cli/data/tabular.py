@@ -2,13 +2,19 @@
 
 1. Split: 25 % test, then 15 % of the rest validation, stratified by label x group, with a
    fixed split seed (the same rows every run, whatever the training seed).
-2. Preprocess: numeric columns standardised with the mean/std of the *training part only*;
-   categorical columns one-hot encoded over a fixed vocabulary (the public schema of the
-   dataset when known, else the values seen in the training part; unseen values map to
-   all-zero columns).
+2. Preprocess (``dataset.preprocessing``):
 
-Standardisation statistics are computed without privacy, as in the paper and in DP-FERMI;
-the documentation says so.
+   * ``public`` (the default under ``privacy.scope=model``): each numeric column clipped to
+     public bounds declared in ``conf/dataset/<name>.yaml`` (with their documented source),
+     optionally through a fixed transform (``log1p`` for heavy tails, ``slog1p`` for signed
+     amounts, ``log`` for small positive ratios), and mapped affinely onto [-1, 1].  No statistic of the data is used, so the
+     encoding of a row does not depend on any other row.
+   * ``empirical`` (``scope=paper``): numeric columns standardised with the mean/std of the
+     *training part only*, computed without privacy, as in the paper and in DP-FERMI.
+
+   Categorical columns are one-hot encoded over a fixed vocabulary (the public schema of the
+   dataset; unseen values map to all-zero columns).  A vocabulary fitted on the training part
+   (``None``) is allowed only with ``empirical``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from sklearn.model_selection import train_test_split
 from raco_cli.data.types import TabularData
 from raco_cli.errors import DataIntegrityError
 
+PREPROCESSING = ("public", "empirical")
+TRANSFORMS = ("none", "log", "log1p", "slog1p")
 TEST_FRACTION = 0.25
 VAL_FRACTION = 0.15
 MIN_ROWS = 20
@@ -42,6 +50,67 @@ class ColumnSpec:
     numeric: Sequence[str] = ()
     categorical: Mapping[str, Sequence[object] | None] = field(default_factory=dict)
     passthrough: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class PublicBound:
+    """Public range of a numeric column: values are clipped to [lo, hi], transformed, and
+    mapped onto [-1, 1] (``transform``: none, log (small positive ratios), log1p (heavy tails),
+    or slog1p = sign(x) log1p(|x|) (signed amounts))."""
+
+    lo: float
+    hi: float
+    transform: str = "none"
+
+    def scale(self, values: np.ndarray) -> np.ndarray:
+        """``2 (T(clip(x)) - T(lo)) / (T(hi) - T(lo)) - 1``.
+
+        >>> PublicBound(0.0, 10.0).scale(np.array([-5.0, 0.0, 5.0, 20.0])).tolist()
+        [-1.0, -1.0, 0.0, 1.0]
+        """
+        t = _transform(np.clip(values, self.lo, self.hi), self.transform)
+        t_lo, t_hi = _transform(np.array([self.lo, self.hi]), self.transform)
+        return 2.0 * (t - t_lo) / (t_hi - t_lo) - 1.0
+
+
+def _transform(x: np.ndarray, name: str) -> np.ndarray:
+    if name == "log":
+        return np.log(x)
+    if name == "log1p":
+        return np.log1p(x)
+    if name == "slog1p":
+        return np.sign(x) * np.log1p(np.abs(x))
+    return x
+
+
+def parse_bounds(raw: Mapping[str, object] | None, *, dataset: str) -> dict[str, PublicBound]:
+    """``dataset.bounds`` (column -> [lo, hi] or [lo, hi, transform]) -> :class:`PublicBound`.
+
+    Raises:
+        ConfigError: a malformed entry (one line naming ``dataset.bounds.<column>``).
+    """
+    from raco_cli.errors import ConfigError
+
+    out: dict[str, PublicBound] = {}
+    for col, entry in (raw or {}).items():
+        key = f"dataset.bounds.{col}"
+        ok = isinstance(entry, (list, tuple)) and len(entry) in (2, 3)
+        lo, hi = (entry[0], entry[1]) if ok else (None, None)  # type: ignore[index]
+        transform = entry[2] if ok and len(entry) == 3 else "none"  # type: ignore[arg-type,index]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in (lo, hi))
+        if not ok or not numbers:
+            raise ConfigError(f"{key} must be [lo, hi] or [lo, hi, transform] with finite numbers (got {key}={entry!r}); "
+                              f"public bounds of the column in conf/dataset/{dataset}.yaml.")
+        if not lo < hi:  # type: ignore[operator]
+            raise ConfigError(f"{key} must have lo < hi (got {key}={entry!r}); public bounds of the column.")
+        if transform not in TRANSFORMS:
+            raise ConfigError(f"{key} transform must be one of {', '.join(TRANSFORMS)} (got {transform!r}); "
+                              "log1p for heavy tails, slog1p for signed amounts.")
+        if (transform == "log1p" and lo <= -1) or (transform == "log" and lo <= 0):  # type: ignore[operator]
+            raise ConfigError(f"{key} with {transform} needs lo > {-1 if transform == 'log1p' else 0} (got {key}={entry!r}); "
+                              "use slog1p for signed values.")
+        out[str(col)] = PublicBound(float(lo), float(hi), str(transform))  # type: ignore[arg-type]
+    return out
 
 
 def stratified_split(
@@ -86,21 +155,50 @@ def _strata(y: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 
 def encode_features(
-    df: pd.DataFrame, columns: ColumnSpec, train_rows: np.ndarray
+    df: pd.DataFrame,
+    columns: ColumnSpec,
+    train_rows: np.ndarray,
+    *,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, PublicBound] | None = None,
+    dataset: str = "",
 ) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Encode feature columns, fitting every statistic on ``train_rows`` only.
+    """Encode feature columns: ``public`` from the public ``bounds`` only, ``empirical``
+    fitting every statistic on ``train_rows`` only (module docstring).
 
     Returns:
         X of shape (n, d) float32 and the d feature names.
+
+    Raises:
+        ConfigError: ``public`` without a bound for a numeric column, or with a vocabulary
+            that would be fitted on the data.
     """
+    from raco_cli.errors import ConfigError
+
+    public = preprocessing == "public"
+    if public:
+        missing = [c for c in columns.numeric if c not in (bounds or {})]
+        if missing:
+            raise ConfigError(
+                f"dataset.bounds.{missing[0]} is missing (dataset.preprocessing=public needs public bounds for every numeric "
+                f"column: {', '.join(missing)}); declare them in conf/dataset/{dataset or '<name>'}.yaml or use "
+                "dataset.preprocessing=empirical (privacy.scope=paper)."
+            )
+        fitted = [c for c, v in columns.categorical.items() if v is None]
+        if fitted:
+            raise ConfigError(f"dataset.preprocessing=public needs a public level list for column {fitted[0]}; "
+                              "use dataset.preprocessing=empirical (privacy.scope=paper).")
     blocks: list[np.ndarray] = []
     names: list[str] = []
     train = df.iloc[train_rows]
     for col in columns.numeric:
         values = pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
-        mean = float(train[col].astype(np.float64).mean())
-        std = float(train[col].astype(np.float64).std(ddof=0))
-        blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
+        if public:
+            blocks.append(bounds[col].scale(values)[:, None])  # type: ignore[index]
+        else:
+            mean = float(train[col].astype(np.float64).mean())
+            std = float(train[col].astype(np.float64).std(ddof=0))
+            blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
         names.append(col)
     for col in columns.passthrough:
         blocks.append(pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)[:, None])
@@ -132,8 +230,13 @@ def build_tabular(
     source: str,
     meta: Mapping[str, object] | None = None,
     splits: Mapping[str, np.ndarray] | None = None,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Split, encode and wrap a cleaned table into :class:`TabularData`.
+
+    ``preprocessing``/``bounds``: ``dataset.preprocessing`` and ``dataset.bounds`` (module
+    docstring); the mode is recorded in ``meta["preprocessing"]``.
 
     ``splits`` overrides the shared stratified split (a loader whose label depends on the
     training part computes the split first, see ``parkinsons``).
@@ -142,7 +245,10 @@ def build_tabular(
     group = np.asarray(group, dtype=np.int64)
     if splits is None:
         splits = stratified_split(y, group, seed=split_seed)
-    X, feature_names = encode_features(df.reset_index(drop=True), columns, splits["train"])
+    X, feature_names = encode_features(
+        df.reset_index(drop=True), columns, splits["train"], preprocessing=preprocessing,
+        bounds=parse_bounds(bounds, dataset=name), dataset=name,
+    )
     return TabularData(
         name=name,
         X=X,
@@ -153,7 +259,7 @@ def build_tabular(
         group_names=tuple(group_names),
         splits=splits,
         source=source,
-        meta=dict(meta or {}),
+        meta={**dict(meta or {}), "preprocessing": preprocessing},
     )
 
 

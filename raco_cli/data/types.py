@@ -50,6 +50,12 @@ class TabularData:
     source: str = ""
     meta: Mapping[str, object] = field(default_factory=dict)
 
+    @property
+    def preprocessing(self) -> str:
+        """How numeric features were scaled: ``public`` bounds or ``empirical`` statistics
+        (images and generated data: ``none``)."""
+        return str(self.meta.get("preprocessing", "none"))
+
     def __post_init__(self) -> None:
         n = len(self.y)
         if len(self.X) != n or len(self.group) != n:

@@ -23,7 +23,8 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: P
 
     steps = [r.step for r in history]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for split in ("train", "val", "test"):
+    present = [split for split in ("train", "val", "test") if history and split in history[0].metrics]
+    for split in present:  # scope=model records hold the test split only
         axes[0].plot(steps, [r.metrics[split]["accuracy"] for r in history], label=split)
         key = "constraint_max_hard" if gamma is not None else "violation_hard"
         axes[1].plot(steps, [r.metrics[split][key] for r in history], label=split)

@@ -37,6 +37,7 @@ from raco_cli.privacy.limits import check_noise
 Selection = Literal["best_feasible", "last"]
 Dual = Literal["soft", "hard"]
 Optimizer = Literal["sgd", "momentum", "adam"]
+SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/privacy.md)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class MethodSpec:
             ``fp32`` or ``bf16``; clipping norms, sums and noise are always fp32.
         secure_rng: draw the noise from the OS CSPRNG instead of the seeded torch PRNG
             (``privacy.secure_rng``; see :mod:`raco_cli.privacy.mechanisms`).
+        scope: ``privacy.scope``. ``model``: evaluation records expose only test metrics and
+            releases (noisy feasibility), and ``best_feasible`` selects privately;
+            ``paper``: exact train feasibility and validation accuracy (paper App. E.2).
+        selection_eps: epsilon of the private checkpoint selection (report-noisy-max on
+            validation correct counts, :mod:`raco_cli.privacy.selection`); 0 = exact
+            selection.  Set by ``privacy.selection_share * eps`` in ``scope=model``.
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
     """
 
@@ -97,6 +104,8 @@ class MethodSpec:
     micro_batch: int = 4096
     secure_rng: bool = False
     precision: str = "auto"
+    scope: str = "paper"
+    selection_eps: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def required(self, key: str) -> float:
@@ -134,6 +143,8 @@ class MethodSpec:
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
         _choice("method.selection", self.selection, ("best_feasible", "last"), "the reported checkpoint rule.")
+        _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
+        _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         if not 0 <= self.momentum < 1:
             raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))
 
@@ -167,17 +178,21 @@ class Seeds:
         init: model initialisation.
         sampling: Poisson sampling generator.
         noise: Laplace/Gaussian noise generator.
+        selection: Gumbel noise of the private checkpoint selection (``scope=model``); its
+            own stream, so training noise is the same in both scopes.
     """
 
     seed: int
     init: int
     sampling: int
     noise: int
+    selection: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        init, sampling, noise = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(3))
-        return cls(seed=seed, init=init, sampling=sampling, noise=noise)
+        # spawn(4)[:3] == spawn(3): adding the selection seed left the other three unchanged
+        init, sampling, noise, selection = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(4))
+        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection)
 
 
 @dataclass
@@ -209,7 +224,7 @@ class TrainResult:
     steps: int
     lam: list[float]
     state_dict: dict[str, Any]
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     releases: dict[str, int] = field(default_factory=dict)
 
     @property

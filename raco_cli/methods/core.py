@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from raco_cli.methods.base import (
 from raco_cli.methods.gradients import LinearEngine, engine_for, resolve_precision, row_softmax
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate
+from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import (
     gaussian_noise,
     laplace_noise,
@@ -45,6 +47,7 @@ from raco_cli.privacy.mechanisms import (
     poisson_sample,
     sampling_generator,
 )
+from raco_cli.privacy.selection import NoisyArgmax
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +247,13 @@ class Checkpoints:
     record and keeps only the states that can still be selected (the current best and the
     last); ``finish()`` loads the selected state into the model and returns
     ``(history, selected, state_dict)``.
+
+    ``spec.scope == "model"`` (``privacy.scope``): a record holds only the test metrics (the
+    held-out evaluation) and ``release`` (feasibility read from the noisy histograms,
+    ``noisy_violation`` and ``satisfied``; None when the method releases none).  Exact train
+    and validation statistics never leave this class: ``best_feasible`` then selects by
+    report-noisy-max on validation correct counts (:mod:`raco_cli.privacy.selection`), its
+    noisy scores being releases.
     """
 
     def __init__(
@@ -256,24 +266,99 @@ class Checkpoints:
         *,
         device: torch.device,
         reporter: Reporter,
+        selection_seed: int = 0,
     ) -> None:
         self.engine, self.model, self.data, self.constraints = engine, model, data, constraints
         self.spec, self.device, self.reporter = spec, device, reporter
         self.history: list[EvalRecord] = []
         self.states: dict[int, dict] = {}
+        self.model_scope = spec.scope == "model"
+        self._pending: int | None = None  # scope=model: the candidate whose feasibility is not settled
+        self._score = 0.0  # its noisy selection score
+        self._pending_window: tuple[Any, int] | None = None
+        self.noisy_max: NoisyArgmax | None = None
+        if self.model_scope and spec.selection == "best_feasible":
+            if not spec.selection_eps > 0:
+                raise ValueError("scope=model with selection=best_feasible needs selection_eps > 0")
+            self.noisy_max = NoisyArgmax(spec.selection_eps, noise_source(selection_seed, "cpu", secure=spec.secure_rng))
 
-    def record(self, step: int, lam: list[float]) -> EvalRecord:
+    def record(self, step: int, lam: list[float], *, window: tuple[Any, int] | None = None) -> EvalRecord:
+        """Evaluate and keep a candidate.
+
+        ``window`` (scope=model): the sum over the steps since the previous evaluation of the
+        noisy dual gradients ``Gamma_post(H) - gamma`` (J,) and their number (None when the
+        method releases no histogram).  A candidate's feasibility is read from the steps
+        around it, the window before it and the window after it (the next evaluation's),
+        averaged: ``max_j mean(Gamma_post - gamma_j) <= 0``.  The parameters oscillate under
+        the dual dynamics, so a window centred on the checkpoint estimates its rates better
+        than the histograms of earlier parameters alone; all of it is post-processing.
+        """
         metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
+        index = len(self.history)
+        if self.model_scope:
+            if self._pending is not None:  # its window after is this one's window before
+                self._pending_window = _add_windows(self._pending_window, window)
+                self.history[self._pending].metrics["release"] = _feasibility(self._pending_window)
+            self._settle()
+            if self.noisy_max is not None:
+                val = metrics["val"]
+                correct = float(round(val["accuracy"] * val["n"])) if val["n"] else 0.0
+                noisy_max = self.noisy_max
+                self._score = releases.release("selection_score", lambda: noisy_max.noisy_score(correct))
+            metrics = {"test": metrics["test"], "release": _feasibility(window)}
         self.history.append(EvalRecord(step=step, metrics=metrics, lam=lam))
-        self.states[len(self.history) - 1] = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-        _keep_candidates(self.states, self.history, self.spec)
-        self.reporter.on_eval(self.history[-1])
+        self.states[index] = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        if self.model_scope:
+            self._pending, self._pending_window = index, window
+        else:
+            self._prune()
+            self.reporter.on_eval(self.history[-1])
         return self.history[-1]
 
+    def _settle(self) -> None:
+        if self._pending is None:
+            return
+        index, self._pending = self._pending, None
+        if self.noisy_max is not None:
+            self.noisy_max.offer(index, self._score, eligible=self.history[index].metrics["release"]["satisfied"] is not False)
+        self._prune()
+        self.reporter.on_eval(self.history[index])
+
+    def _prune(self) -> None:
+        """Keep only the states that can still be selected (the current best and the last)."""
+        best, last = self.selected(), len(self.history) - 1
+        for i in list(self.states):
+            if i not in (best, last):
+                del self.states[i]
+
+    def selected(self) -> int:
+        """Index of the checkpoint the rule reports, given the evaluations so far."""
+        if not self.model_scope:
+            return select_checkpoint(self.history, self.spec.selection)[0]
+        if self.noisy_max is None or self.noisy_max.best is None:  # last, or nothing feasible
+            return len(self.history) - 1
+        return self.noisy_max.best
+
     def finish(self) -> tuple[list[EvalRecord], int, dict]:
-        selected, _ = select_checkpoint(self.history, self.spec.selection)
+        self._settle()
+        selected = self.selected()
         self.model.load_state_dict(self.states[selected])
         return self.history, selected, self.states[selected]
+
+
+def _feasibility(window: tuple[Any, int] | None) -> dict[str, Any]:
+    """The ``release`` metrics of a checkpoint from a window of noisy dual gradients:
+    ``max_j`` of their mean (the noisy max violation) and whether it is <= 0."""
+    if window is None or window[1] == 0:
+        return {"noisy_violation": None, "satisfied": None}
+    violation = float((window[0] / window[1]).max())
+    return {"noisy_violation": violation, "satisfied": violation <= 0.0}
+
+
+def _add_windows(a: tuple[Any, int] | None, b: tuple[Any, int] | None) -> tuple[Any, int] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a[0] + b[0], a[1] + b[1]
 
 
 def run(
@@ -317,7 +402,7 @@ def run(
     # Sampling draws O(qn) geometric gaps on the host (the indices are needed there anyway
     # to read lazy image stores), so a seed gives the same batches on every device; the
     # noise generator lives on the training device, where the noise is added.
-    g_sample = sampling_generator(seeds.sampling)
+    g_sample = sampling_generator(seeds.sampling, secure=spec.secure_rng)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     # optional release hook (raco audit, debugging): sees every noisy release as it happens
     on_release = getattr(reporter, "on_release", None)
@@ -326,14 +411,22 @@ def run(
     noise_std = spec.required("noise_multiplier") * spec.required("clip_norm") if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
-    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
+    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
     clock = StepClock()
-    releases = {"laplace_histogram": 0, "gaussian_gradient": 0}
+    counts = {"laplace_histogram": 0, "gaussian_gradient": 0}  # releases per kind (contract tests)
+
+    # feasibility from the noisy histograms (post-processing): Gamma_post(H) - gamma summed
+    # over the steps since the previous evaluation
+    violation_sum: torch.Tensor | None = None
+    violation_steps = 0
 
     def record(step: int) -> None:
-        checkpoints.record(step, [float(v) for v in lam.cpu()])
+        nonlocal violation_sum, violation_steps
+        window = (violation_sum, violation_steps) if flags.hist_noise and violation_sum is not None else None
+        checkpoints.record(step, [float(v) for v in lam.cpu()], window=window)
+        violation_sum, violation_steps = None, 0
 
     record(0)
     for t in range(1, steps + 1):
@@ -357,11 +450,14 @@ def run(
                     logits = None if independent else z_h
             H = _histogram(z_h, rows.cell_rows(gathered[0], samples[0]), constraints.Q, constraints.K, spec, device)
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell
-                H = H + laplace_noise(tuple(H.shape), spec.required("hist_noise_multiplier"), g_noise).to(device)
-                releases["laplace_histogram"] += 1
+                scale = spec.required("hist_noise_multiplier")
+                H = releases.release("histogram", lambda H=H, scale=scale: H + laplace_noise(tuple(H.shape), scale, g_noise).to(device))  # type: ignore[misc]
+                counts["laplace_histogram"] += 1
             if on_release is not None:  # before the update: theta_{t-1} produced this histogram
                 on_release(t, "histogram", H)
             weights, g_dual = ops.step(H, lam, floor=spec.denominator_floor)
+            violation_sum = g_dual.clone() if violation_sum is None else violation_sum + g_dual
+            violation_steps += 1
             if b is not None:
                 cells_b = rows.cell_rows(b, batch)
                 w = weights.float()
@@ -375,8 +471,10 @@ def run(
         else:  # an empty Poisson batch: the noisy sum is pure noise
             grads = [torch.zeros_like(p) for p in engine.params]
         if flags.private:  # Algorithm 1, line 9: N(0, (sigma C)^2) on the clipped sum
-            releases["gaussian_gradient"] += 1
-            grads = [g + gaussian_noise(tuple(g.shape), noise_std, g_noise, dtype=g.dtype) for g in grads]
+            counts["gaussian_gradient"] += 1
+            grads = releases.release(
+                "gradient", lambda sums=grads: [g + gaussian_noise(tuple(g.shape), noise_std, g_noise, dtype=g.dtype) for g in sums]  # type: ignore[misc]
+            )
         optimizer.step(grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13: projected dual ascent
             lam = project_dual(lam + spec.lr_dual * g_dual, spec.lambda_max)
@@ -408,7 +506,7 @@ def run(
             "throughput_images_per_s": batch_sum / clock.total_s if clock.total_s > 0 else 0.0,
             "sample_rate": q,
         },
-        releases=releases,
+        releases=counts,
     )
 
 
@@ -442,12 +540,3 @@ def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int,
     if cells.dim() == 2:  # one-hot cells (n, Q): H = C^T P
         return (cells.t() @ probs).double()
     return torch.zeros(Q, K, dtype=probs.dtype, device=device).index_add_(0, cells, probs).double()
-
-
-def _keep_candidates(states: dict[int, dict], history: list[EvalRecord], spec: MethodSpec) -> None:
-    """Keep only the states that can still be selected (the current best and the last)."""
-    best, _ = select_checkpoint(history, spec.selection)
-    last = len(history) - 1
-    for i in list(states):
-        if i not in (best, last):
-            del states[i]

@@ -70,7 +70,7 @@ from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
 from raco_cli.methods.timing import StepClock
-from raco_cli.privacy import events
+from raco_cli.privacy import events, releases
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
@@ -178,7 +178,9 @@ def group_proportions(
     """
     if isinstance(o["group_proportions"], str):
         counts = torch.as_tensor(np.bincount(groups, minlength=n_groups), dtype=torch.float64)
-        noisy = counts + gaussian_noise((n_groups,), o["count_noise_multiplier"], generator, dtype=torch.float64).cpu()
+        noisy = releases.release(
+            "group_counts", lambda: counts + gaussian_noise((n_groups,), o["count_noise_multiplier"], generator, dtype=torch.float64).cpu()
+        )
         clamped = noisy.clamp(min=o["count_floor"]).numpy()
         return clamped / clamped.sum(), 1
     p = np.asarray(o["group_proportions"], dtype=np.float64)
@@ -200,12 +202,18 @@ def w_gradient_sum(
 
     Returns:
         ``(sum_i clip(grad_W psi_i), number of clipped rows)``.
+
+    A row whose probabilities are not finite (an overflowing logit makes softmax NaN) is
+    dropped, as the theta path drops it: one NaN in the sum would make the release NaN,
+    an unbounded sensitivity.
     """
     k = W.shape[0]
+    finite = torch.isfinite(F).all(dim=1)
+    F = torch.where(finite[:, None], F, torch.zeros_like(F))
     col = (W * W).sum(dim=0)  # |W[:, j]|^2
     dist = col[None, :] - 2.0 * W * s[:, None] + (s * s)[:, None]  # |W[:, j] - e_r s_r|^2, (k, l)
     norms = 2.0 * torch.sqrt((F * F * dist.index_select(0, g)).sum(dim=1).clamp(min=0.0))
-    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
+    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0) * finite
     fF = F * f[:, None]
     by_group = torch.zeros(k, F.shape[1], dtype=F.dtype, device=F.device).index_add_(0, g, fF)
     G = 2.0 * (s[:, None] * by_group - W * fF.sum(dim=0)[None, :])
@@ -255,18 +263,18 @@ def fit(
     engine = engine_for(model, micro_batch=spec.micro_batch)
     labels = not isinstance(engine, LinearEngine)
     optimizer = core.make_optimizer(engine.params, spec)
-    g_sample = sampling_generator(seeds.sampling)
+    g_sample = sampling_generator(seeds.sampling, secure=spec.secure_rng)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
-    releases = {"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0}
+    counts = {"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0}  # releases per kind
 
     p_hat, n_count = group_proportions(groups, k, o, g_noise) if with_w else (np.full(k, 1.0 / k), 0)
-    releases["gaussian_count"] += n_count
+    counts["gaussian_count"] += n_count
     s = torch.as_tensor(1.0 / np.sqrt(p_hat), dtype=torch.float32, device=device)
     W = torch.zeros(k, n_cls, dtype=torch.float32, device=device)
     std_theta = spec.noise_multiplier * spec.clip_norm
     std_w = o["noise_multiplier_w"] * o["clip_norm_w"]
 
-    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
+    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, clipped_w, norm_sum, nonfinite, batch_sum = zero.long(), zero.long(), zero, zero.long(), 0
     clock = StepClock()
@@ -296,11 +304,13 @@ def fit(
                 clipped_w = clipped_w + nc
         else:  # an empty Poisson batch: both noisy sums are pure noise
             grads = [torch.zeros_like(p) for p in engine.params]
-        releases["gaussian_gradient"] += 1
-        grads = [gr + gaussian_noise(tuple(gr.shape), std_theta, g_noise, dtype=gr.dtype) for gr in grads]
+        counts["gaussian_gradient"] += 1
+        grads = releases.release(
+            "gradient", lambda sums=grads: [gr + gaussian_noise(tuple(gr.shape), std_theta, g_noise, dtype=gr.dtype) for gr in sums]  # type: ignore[misc]
+        )
         if with_w:
-            releases["gaussian_gradient_w"] += 1
-            G_w = G_w + gaussian_noise(tuple(W.shape), std_w, g_noise, dtype=W.dtype)
+            counts["gaussian_gradient_w"] += 1
+            G_w = releases.release("gradient_w", lambda G=G_w: G + gaussian_noise(tuple(G.shape), std_w, g_noise, dtype=G.dtype))  # type: ignore[misc]
         # simultaneous update: theta descends and W ascends on gradients taken at (theta_t, W_t)
         optimizer.step(grads, scale=1.0 / expected_batch)
         if with_w:
@@ -329,7 +339,8 @@ def fit(
             "first_step_ms": clock.first_ms,
             "sample_rate": q,
             "fermi_lambda": lam,
-            **{f"group_proportion_{name}": float(v) for name, v in zip(data.group_names, p_hat)},
+            # noisy (released) or public proportions: never the exact counts
+            "group_proportions": {name: float(v) for name, v in zip(data.group_names, p_hat)},
         },
-        releases=releases,
+        releases=counts,
     )

@@ -69,6 +69,7 @@ from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for
 from raco_cli.methods.timing import StepClock
+from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import NoiseSource, gaussian_noise, noise_source
 
 NAME = "dpse"
@@ -254,7 +255,9 @@ def fit(
     t0 = time.perf_counter()
     # stage 1: noisy counts (one per group: parallel), precursor (all rows), per-group SE
     counts = torch.as_tensor(np.bincount(groups_np, minlength=k), dtype=torch.float64, device=device)
-    counts = (counts + gaussian_noise((k,), nm["count"], g_noise, dtype=torch.float64).to(device)).clamp(min=1.0)
+    counts = releases.release(
+        "group_counts", lambda c=counts: c + gaussian_noise((k,), nm["count"], g_noise, dtype=torch.float64).to(device)  # type: ignore[misc]
+    ).clamp(min=1.0)
     released("gaussian_count", range(k))
     info: dict[str, float] = {}
     if o["allocation"] == "max":
@@ -274,7 +277,7 @@ def fit(
     B = o["loss_bound"] or 3.0 * math.log(max(n_cls, 2))
     share = (counts / counts.sum()).float()
 
-    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter)
+    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, nonfinite, penalty_on = zero.long(), zero.long(), 0
     clock = StepClock()
@@ -296,8 +299,13 @@ def fit(
                 g_sum, clipped, nonfinite = res.grads, clipped + res.clipped, nonfinite + res.nonfinite
             else:  # an empty group: its sums are pure noise
                 g_sum, loss_sum = [torch.zeros_like(p) for p in engine.params], zero
-            g_noisy = [gs + gaussian_noise(tuple(gs.shape), nm_k[j] * C, g_noise, dtype=gs.dtype) for gs in g_sum]
-            l_noisy = loss_sum + gaussian_noise((), nm_k[j] * B, g_noise, dtype=torch.float32).to(device)
+            std_g, std_l = nm_k[j] * C, nm_k[j] * B
+            g_noisy = releases.release(
+                "group_gradient", lambda sums=g_sum, std=std_g: [gs + gaussian_noise(tuple(gs.shape), std, g_noise, dtype=gs.dtype) for gs in sums]  # type: ignore[misc]
+            )
+            l_noisy = releases.release(
+                "group_loss", lambda total=loss_sum, std=std_l: total + gaussian_noise((), std, g_noise, dtype=torch.float32).to(device)  # type: ignore[misc]
+            )
             released("gaussian_gradient", [j])
             released("gaussian_group_loss", [j])
             n_j = float(counts[j])

@@ -2,7 +2,7 @@
 
 The one place where epsilon is computed.  It is dp-accounting's PLD accountant
 (Doroshenko et al. 2022, connect-the-dots, pessimistic), extended by
-:class:`RacoPLDAccountant` with exactly one case the library rejects: several Laplace /
+:class:`RacoPLDAccountant` with the case the library rejects, several Laplace /
 Gaussian releases on *one* Poisson sample, ``PoissonSampled(q, Composed[...])``:
 
 * only Gaussians (e.g. DP-FERMI's two gradients on one batch): the product of Gaussian
@@ -12,7 +12,9 @@ Gaussian releases on *one* Poisson sample, ``PoissonSampled(q, Composed[...])``:
 * one Laplace and Gaussians (RaCO-DP, ``shared`` sampling): the joint PLD of
   :func:`raco_cli.privacy.joint_pld.shared_laplace_gaussian_pld`.
 
-and one exact shortcut: a composition of plain (not subsampled) Gaussian
+binary ``RandomizedResponseDpEvent`` (the event of the pure eps-DP checkpoint selection of
+:mod:`raco_cli.privacy.selection`), which the library accepts only under replace-one, and one
+exact shortcut: a composition of plain (not subsampled) Gaussian
 releases, e.g. DPSE's full-batch run, is accounted as the single Gaussian it equals (the
 same identity), which avoids composing thousands of discretised PLDs.
 
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dp_accounting as dpa
-from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import common, pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from raco_cli.errors import NOISE_UNREACHABLE, UNREACHABLE_BUDGET, PrivacyBudgetError
@@ -43,6 +45,18 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
         super().__init__(value_discretization_interval=value_discretization_interval)
 
     def _maybe_compose(self, event: dpa.DpEvent, count: int, do_compose: bool):  # noqa: ANN202
+        if isinstance(event, dpa.RandomizedResponseDpEvent) and event.num_buckets == 2 and 0 < event.noise_parameter < 1:
+            # binary randomized response, the event of a pure eps-DP release (the private
+            # checkpoint selection dominated by it, Kairouz et al. 2015): its PLD is that of
+            # (eps, 0)-DP, the same under add/remove as under replace-one (the library only
+            # accepts replace-one)
+            if do_compose:
+                pld = pld_lib.from_privacy_parameters(
+                    common.DifferentialPrivacyParameters(randomized_response_epsilon(event), 0.0),
+                    value_discretization_interval=self._value_discretization_interval,
+                )
+                self._pld = self._pld.compose(pld.self_compose(count))  # type: ignore[has-type]
+            return None
         if isinstance(event, dpa.PoissonSampledDpEvent) and isinstance(
             event.event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)
         ):
@@ -102,6 +116,18 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
     @property
     def non_private(self) -> bool:
         return bool(self._contains_non_dp_event)
+
+
+def randomized_response_epsilon(event: dpa.RandomizedResponseDpEvent) -> float:
+    """eps of binary randomized response: the true bit w.p. ``1 - p/2``, so
+    ``e^eps = (1 - p/2) / (p/2)``.
+
+    >>> import dp_accounting as dpa
+    >>> round(randomized_response_epsilon(dpa.RandomizedResponseDpEvent(2 / (1 + math.e), 2)), 12)
+    1.0
+    """
+    p = event.noise_parameter
+    return math.log(2.0 / p - 1.0)
 
 
 def _flatten(event: dpa.DpEvent, count: int = 1) -> list[tuple[dpa.DpEvent, int]]:
@@ -164,10 +190,12 @@ def max_steps(
     limit: int,
     describe: str,
     sample_rate: float,
+    extra: dpa.DpEvent | None = None,
 ) -> int:
-    """Largest T <= limit with eps(SelfComposed(step, T)) <= budget.eps.
+    """Largest T <= limit with eps(SelfComposed(step, T) [+ extra]) <= budget.eps.
 
-    Binary search over T on the single-step PLD (eps is non-decreasing in T).
+    Binary search over T on the single-step PLD (eps is non-decreasing in T); ``extra`` is a
+    release made once per run (e.g. the private checkpoint selection), composed with each T.
 
     Raises:
         PrivacyBudgetError: even one step exceeds the budget.
@@ -175,9 +203,11 @@ def max_steps(
     pld = step_pld(step, discretization=budget.discretization)
     if pld is None:
         return limit
+    extra_pld = None if extra is None else step_pld(extra, discretization=budget.discretization)
 
     def eps_at(T: int) -> float:
-        return float(pld.self_compose(T).get_epsilon_for_delta(budget.delta))
+        run = pld.self_compose(T)
+        return float((run if extra_pld is None else run.compose(extra_pld)).get_epsilon_for_delta(budget.delta))
 
     eps_one = eps_at(1)
     if eps_one > budget.eps:

@@ -12,7 +12,8 @@ Noise source (``privacy.secure_rng``):
   against adversaries who know neither.  Fine for research, not for releasing a model.
 * ``true``: :class:`SecureNoise`, every uniform drawn from ``os.urandom`` (the kernel's
   CSPRNG, the source behind Python's ``secrets``), then transformed in float64.  Not
-  reproducible by design; the noise seed is ignored.  A PRNG merely *seeded* from
+  reproducible by design; the noise seed is ignored.  The Poisson batches then come from
+  ``os.urandom`` too (:class:`SecureUniforms`) and no sampling seed is recorded.  A PRNG merely *seeded* from
   ``os.urandom`` (numpy's PCG64, torch's MT19937) would not do: their state can be
   reconstructed from their outputs (624 outputs for MT19937), after which every later
   draw is known.  torchcsprng (Opacus' ``secure_mode``) has no distribution pip can install
@@ -66,18 +67,31 @@ def noise_source(seed: int, device: torch.device | str, *, secure: bool) -> Nois
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def sampling_generator(seed: int) -> np.random.Generator:
-    """The generator of a run's Poisson samples (seeded, on the host).
+class SecureUniforms:
+    """Uniforms on [0, 1) from ``os.urandom`` with numpy's ``Generator.random`` face, for the
+    Poisson sampler under ``privacy.secure_rng``: amplification by sampling assumes the
+    batches are secret, which a recorded (or reconstructible) sampling seed would undo."""
+
+    def random(self, size: int) -> np.ndarray:
+        bits = np.frombuffer(os.urandom(8 * int(size)), dtype=np.uint64) >> np.uint64(11)
+        return bits.astype(np.float64) * 2.0**-53
+
+
+def sampling_generator(seed: int, *, secure: bool = False) -> np.random.Generator | SecureUniforms:
+    """The generator of a run's Poisson samples (on the host): seeded numpy, or
+    :class:`SecureUniforms` with ``secure`` (the seed is then unused and not recorded).
 
     Batches are drawn on the host with numpy: a numpy op costs about a microsecond against
     several for a torch op on these short vectors, and the indices are needed on the host
     anyway to read lazy feature stores; a seed gives the same batches on every device.
     """
+    if secure:
+        return SecureUniforms()
     return np.random.default_rng(seed)
 
 
 def poisson_sample(
-    n: int, sample_rate: float, generator: np.random.Generator, device: torch.device | str = "cpu", *, count: int = 1
+    n: int, sample_rate: float, generator: np.random.Generator | SecureUniforms, device: torch.device | str = "cpu", *, count: int = 1
 ) -> list[torch.Tensor]:
     """``count`` independent Poisson samples of ``range(n)``: each row in each sample w.p. q.
 

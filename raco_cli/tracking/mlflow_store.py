@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import random
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -131,11 +132,21 @@ def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[st
         return run.info.run_id
 
 
+_PARAM_NAME = re.compile(r"[^\w\-. :/]")  # what MLflow accepts in param/metric names
+
+
 def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested mapping -> ``{"a.b.c": "value"}`` (MLflow params are flat strings)."""
+    """Nested mapping -> ``{"a.b.c": "value"}`` (MLflow params are flat strings).
+
+    Characters MLflow refuses in a name (e.g. the column ``Jitter(%)`` of a dataset's
+    ``bounds``) become ``_``:
+
+    >>> flatten({"dataset": {"bounds": {"Jitter(%)": [0, 1]}}})
+    {'dataset.bounds.Jitter___': '[0, 1]'}
+    """
     out: dict[str, str] = {}
     for key, value in cfg.items():
-        name = f"{prefix}{key}"
+        name = f"{prefix}{_PARAM_NAME.sub('_', str(key))}"
         if isinstance(value, Mapping):
             out.update(flatten(value, name + "."))
         else:
@@ -293,7 +304,10 @@ class RunRecorder:
                 v = m.get(name)
                 if isinstance(v, (int, float)) and v == v:  # skip NaN
                     metrics[f"{split}/{name}"] = float(v)
-            metrics[f"{split}/satisfied"] = float(bool(m.get("satisfied")))
+            if m.get("satisfied") is not None:  # scope=model: None when no noisy histogram tells
+                metrics[f"{split}/satisfied"] = float(bool(m["satisfied"]))
+            if isinstance(m.get("noisy_violation"), float):  # scope=model: from the noisy histograms
+                metrics[f"{split}/noisy_violation"] = m["noisy_violation"]
         if record.lam:
             metrics["dual/lambda_max"] = max(record.lam)
         self.log_metrics(metrics, step=record.step)

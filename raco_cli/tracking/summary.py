@@ -46,7 +46,16 @@ stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-s
                    second of step time, evaluation excluded), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled
+privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
+preprocessing      (added in v1, optional) how features were scaled: public | empirical
 =================  ==========================================================================
+
+Privacy status of every key (``privacy.scope=model``, :data:`STATUS`): ``public``
+(configuration, or a function of it), ``release`` (an accounted noisy release or
+post-processing of the releases), ``test`` (evaluation on the held-out test split) or
+``exact`` (an exact statistic of training/validation records).  In ``scope=model`` a private
+run writes no ``exact`` key, in summary.json or MLflow; keys not declared here count as
+``exact`` (safe by default).  ``scope=paper`` (and non-private methods) write everything.
 """
 
 from __future__ import annotations
@@ -66,6 +75,66 @@ REQUIRED_KEYS = (
 REQUIRED_METRICS = (
     "accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy",
 )  # fmt: skip
+
+
+PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
+_SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE}
+STATUS: dict[str, Any] = {
+    **dict.fromkeys(
+        ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
+         "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
+         "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
+         "privacy_scope", "preprocessing"),
+        PUBLIC,
+    ),
+    # q = B / n_train: the dataset size is public, as in DP-SGD practice (Opacus, dp-accounting)
+    "sample_rate": PUBLIC,
+    # the selected step, its feasibility and the multipliers are functions of noisy releases
+    "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
+    "metrics": _SPLITS, "last_metrics": _SPLITS,
+    "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
+    # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
+    # clip fractions, gradient norms, non-finite rows, step times) is exact
+    "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE},
+}  # fmt: skip
+
+
+def status_of(path: str) -> str:
+    """Privacy status of a dotted summary key (undeclared keys: ``exact``).
+
+    >>> status_of("metrics.test.accuracy"), status_of("stats.mean_grad_norm"), status_of("eps_spent")
+    ('test', 'exact', 'public')
+    """
+    node: Any = STATUS
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return node
+        if part not in node:
+            return EXACT
+        node = node[part]
+    return node if isinstance(node, str) else EXACT
+
+
+def released(summary: dict[str, Any], *, scope: str, private: bool) -> dict[str, Any]:
+    """The part of ``summary`` a run may write: everything in ``scope=paper`` or for a
+    non-private method, else only the ``public``, ``release`` and ``test`` keys."""
+    if scope == "paper" or not private:
+        return summary
+    return _keep(summary, STATUS)
+
+
+def _keep(node: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        st = status.get(key, EXACT)
+        if isinstance(st, dict):
+            if isinstance(value, dict):
+                kept = _keep(value, st)
+                if kept:
+                    out[key] = kept
+        elif st != EXACT:
+            out[key] = value
+    return out
 
 
 def _clean(value: Any) -> Any:
@@ -93,9 +162,11 @@ def write(summary: dict[str, Any], path: Path) -> Path:
 
 
 def validate(summary: dict[str, Any]) -> list[str]:
-    """Problems with a summary (empty when it follows the schema)."""
+    """Problems with a summary (empty when it follows the schema; a ``scope=model`` record of
+    a private run has test metrics only)."""
     problems = [f"missing key {k}" for k in REQUIRED_KEYS if k not in summary]
-    for split in ("train", "val", "test"):
+    model_scope = summary.get("privacy_scope") == "model" and summary.get("private")
+    for split in ("test",) if model_scope else ("train", "val", "test"):
         m = summary.get("metrics", {}).get(split)
         if m is None:
             problems.append(f"missing metrics.{split}")

@@ -60,9 +60,13 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
 
     assert validate(summary) == []
     assert summary["eps_spent"] <= 2.0 and summary["method"] == "raco_dp" and summary["sampling"] == "independent"
-    for split in ("train", "val", "test"):
-        for key in ("accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy"):
-            assert key in summary["metrics"][split]
+    # privacy.scope=model (the default): test metrics and noisy releases only, no exact
+    # training/validation statistic anywhere in the records
+    assert summary["privacy_scope"] == "model" and set(summary["metrics"]) == {"test", "release"}
+    for key in ("accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy"):
+        assert key in summary["metrics"]["test"]
+    assert set(summary["group_sizes"]) == {"test"} and set(summary["stats"]) <= {"releases", "sample_rate"}
+    assert "RandomizedResponse" in summary["event"]  # the private checkpoint selection is accounted
     assert (run_dir / "curves.png").stat().st_size > 1000
     client, runs = mlflow_runs(db, "e2e")
     assert len(runs) == 1
@@ -71,8 +75,10 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
     assert run.data.tags["method"] == "raco_dp" and run.data.tags["dataset"] == "synthetic"
     assert run.data.params["eps"] == "2" or run.data.params["eps"] == "2.0"
     assert "final/test/accuracy" in run.data.metrics and "privacy/eps_spent" in run.data.metrics
-    history = client.get_metric_history(run.info.run_id, "val/accuracy")
+    history = client.get_metric_history(run.info.run_id, "test/accuracy")
     assert len(history) >= 2
+    assert not [k for k in run.data.metrics if k.split("/")[0] in ("train", "val", "stats") or "/train/" in k or "/val/" in k]
+    assert run.data.tags["raco.privacy.scope"] == "model"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "curves.png", "config.yaml"} <= artifacts
 

@@ -28,7 +28,7 @@ def _two_step_run(tmp_path, device):
     fixtures.write_celeba(tmp_path / "mirror", n=60)
     db = tmp_path / "mlflow.db"
     run_dir = tmp_path / "run"
-    res = raco("train", *TINY, f"dataset.mirror={tmp_path / 'mirror'}", f"device={device}", f"tracking.uri=sqlite:///{db}",
+    res = raco("train", *TINY, "privacy.scope=paper", f"dataset.mirror={tmp_path / 'mirror'}", f"device={device}", f"tracking.uri=sqlite:///{db}",
                f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -13,7 +13,7 @@ optuna = pytest.importorskip("optuna")
 
 def test_parse_args_splits_tune_options_from_overrides():
     opts, overrides = tune_cmd.parse_args(["dataset=adult", "tune.trials=20", "tune.seeds=5", "eps=1"])
-    assert overrides == ["dataset=adult", "eps=1"]
+    assert overrides == ["privacy.scope=paper", "dataset=adult", "eps=1"]  # tuning is the paper's protocol
     assert opts["trials"] == 20 and opts["seeds"] == 5 and opts["trial_seeds"] == 5
 
 

@@ -81,9 +81,15 @@ def test_train_surfaces_nonfinite_rows_as_warning_and_summary_field(tmp_path, mo
     X = np.array(synthetic.X, copy=True)
     X[synthetic.splits["train"][:50], 0] = np.inf
     monkeypatch.setattr(train_mod, "load_data", lambda spec: dataclasses.replace(synthetic, X=X))
-    cfg = compose_config(["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=30"])
+    overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=30"]
     with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
-        summary = train_mod.train(cfg, run_dir=tmp_path / "run")
+        summary = train_mod.train(compose_config([*overrides, "privacy.scope=paper"]), run_dir=tmp_path / "run")
     assert summary["stats"]["nonfinite_rows"] > 0
     assert any("non-finite (NaN/inf) and were dropped" in r.getMessage() for r in caplog.records)
     assert summary["metrics"]["train"]["accuracy"] is not None
+    # scope=model: the count is an exact training statistic, neither written nor logged
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
+        summary = train_mod.train(compose_config(overrides), run_dir=tmp_path / "model")
+    assert "nonfinite_rows" not in summary.get("stats", {})
+    assert not any("non-finite (NaN/inf)" in r.getMessage() for r in caplog.records)
