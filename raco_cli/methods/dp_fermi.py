@@ -213,7 +213,7 @@ def w_gradient_sum(
     col = (W * W).sum(dim=0)  # |W[:, j]|^2
     dist = col[None, :] - 2.0 * W * s[:, None] + (s * s)[:, None]  # |W[:, j] - e_r s_r|^2, (k, l)
     norms = 2.0 * torch.sqrt((F * F * dist.index_select(0, g)).sum(dim=1).clamp(min=0.0))
-    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0) * finite
+    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
     fF = F * f[:, None]
     by_group = torch.zeros(k, F.shape[1], dtype=F.dtype, device=F.device).index_add_(0, g, fF)
     G = 2.0 * (s[:, None] * by_group - W * fF.sum(dim=0)[None, :])

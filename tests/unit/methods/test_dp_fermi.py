@@ -180,3 +180,19 @@ def test_unknown_option_is_one_line():
         "Unknown key method.options.gamma for method dp_fermi. Allowed: clip_norm_w, count_floor, "
         "count_noise_multiplier, group_proportions, lam, noise_multiplier_w, w_radius."
     )
+
+
+def test_w_gradient_drops_rows_with_non_finite_probabilities():
+    """An infinite logit makes softmax NaN; that row is dropped from the W gradient as the theta
+    path drops it (a NaN in the released sum would be an unbounded sensitivity)."""
+    torch.manual_seed(0)
+    z = torch.randn(6, 2)
+    z[2, 0] = float("inf")
+    F = torch.softmax(z, dim=1)
+    assert not torch.isfinite(F[2]).all()
+    g = torch.tensor([0, 1, 0, 1, 1, 0])
+    W, s = torch.randn(2, 2), torch.tensor([1.3, 1.7])
+    G, _ = dp_fermi.w_gradient_sum(F, g, W, s, clip_norm=0.5)
+    keep = torch.tensor([0, 1, 3, 4, 5])
+    G_kept, _ = dp_fermi.w_gradient_sum(F[keep], g[keep], W, s, clip_norm=0.5)
+    assert torch.isfinite(G).all() and torch.allclose(G, G_kept)

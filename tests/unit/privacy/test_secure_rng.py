@@ -74,3 +74,30 @@ def test_secure_rng_config_key_reaches_the_method_spec():
     assert spec.secure_rng and spec.method.secure_rng
     with pytest.raises(Exception, match="privacy.secure_rng must be true or false"):
         build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=maybe"]))
+
+
+def test_secure_rng_draws_the_poisson_batches_from_the_csprng_too(synthetic):
+    """Secret batches: with secure_rng the sampler ignores the seed (two runs see different
+    batches); without it the recorded seed replays them."""
+    from raco_cli.privacy.mechanisms import SecureUniforms, poisson_sample, sampling_generator
+
+    assert isinstance(sampling_generator(7, secure=True), SecureUniforms)
+    batches = [poisson_sample(5000, 0.05, sampling_generator(7, secure=True))[0] for _ in range(2)]
+    assert not torch.equal(batches[0], batches[1])
+    seeded = [poisson_sample(5000, 0.05, sampling_generator(7))[0] for _ in range(2)]
+    assert torch.equal(seeded[0], seeded[1])
+    u = SecureUniforms().random(100_000)
+    assert u.min() >= 0 and u.max() < 1 and stats.kstest(u, "uniform").pvalue > 1e-4
+    sizes = [len(poisson_sample(2000, 0.1, SecureUniforms())[0]) for _ in range(200)]
+    assert abs(np.mean(sizes) - 200) < 5 * np.sqrt(2000 * 0.1 * 0.9 / 200)  # Binomial(n, q) sizes
+
+
+def test_secure_rng_records_no_sampling_seed(tmp_path):
+    from raco_cli.cli import train as train_mod
+    from raco_cli.cli.validate import compose_config
+
+    overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=10"]
+    secure = train_mod.train(compose_config([*overrides, "privacy.secure_rng=true"]), run_dir=tmp_path / "s")
+    assert secure["seeds"]["sampling"] is None and secure["seeds"]["noise"] is None and secure["seeds"]["selection"] is None
+    plain = train_mod.train(compose_config(overrides), run_dir=tmp_path / "p")
+    assert isinstance(plain["seeds"]["sampling"], int)

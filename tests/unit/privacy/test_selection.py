@@ -12,7 +12,11 @@ import torch
 from raco_cli.methods import planning, raco_dp
 from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import accountant
-from raco_cli.privacy.selection import NoisyArgmax, exponential_mechanism_probabilities, selection_event
+from raco_cli.privacy.selection import (
+    NoisyArgmax,
+    exponential_mechanism_probabilities,
+    selection_event,
+)
 
 
 def _rr_delta(eps: float, eps_prime: float) -> float:
