@@ -100,3 +100,19 @@ def test_ineligible_candidates_are_never_selected():
     nm.offer(0, nm.noisy_score(1e6), eligible=False)
     nm.offer(1, nm.noisy_score(0.0), eligible=True)
     assert nm.best == 1
+
+
+def test_every_declared_key_status_is_documented():
+    """docs/privacy.md lists every key of the status table (one source, no drift)."""
+    from pathlib import Path
+
+    from raco_cli.tracking.summary import STATUS
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "privacy.md").read_text()
+
+    def keys(node, prefix=""):
+        for k, v in node.items():
+            yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+
+    missing = [k for k in keys(STATUS) if f"`{k}`" not in doc]
+    assert not missing, missing
