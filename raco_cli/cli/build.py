@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raco_cli.errors import CHOICE, DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
 from raco_cli.methods.base import SCOPES, MethodSpec
+from raco_cli.privacy.limits import check_noise
 
 # keys excluded from the config hash: they do not change what a run computes (where the
 # data files are read from is checksum-verified; the device changes nothing but speed).
@@ -36,8 +37,9 @@ class DatasetSpec:
     mirror: str | None
     data_dir: Path
     options: Mapping[str, Any]
-    preprocessing: str = "empirical"  # public | empirical (resolved from dataset.preprocessing)
+    preprocessing: str = "empirical"  # public | dp | empirical (resolved from dataset.preprocessing)
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
+    dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
 
 
 @dataclass(frozen=True)
@@ -282,11 +284,18 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         raise ConfigError(f"dataset.subset must be >= 10 or null (got {subset}).")
     mirror = ds.get("mirror")
     preprocessing = ds.get("preprocessing", "auto")
-    if preprocessing not in ("auto", "public", "empirical"):  # raco_cli.data.tabular.PREPROCESSING
-        raise ConfigError(CHOICE.format(key="dataset.preprocessing", choices="auto, public, empirical", value=preprocessing,
-                                        meaning="auto follows privacy.scope (model: public bounds, paper: empirical statistics)."))
+    if preprocessing not in ("auto", "public", "dp", "empirical"):  # raco_cli.data.tabular.PREPROCESSING + dp
+        raise ConfigError(CHOICE.format(key="dataset.preprocessing", choices="auto, public, dp, empirical", value=preprocessing,
+                                        meaning="auto follows privacy.scope (model: dp standardisation within public bounds, "
+                                                "paper: empirical statistics)."))
     if preprocessing == "auto":
-        preprocessing = "public" if scope == "model" else "empirical"
+        preprocessing = "dp" if scope == "model" else "empirical"
+    dp_noise = _number({"s": ds.get("dp_noise_multiplier", 20.0)}, "s", "dataset.dp_noise_multiplier",
+                       "the noise multiplier of the DP standardisation (dataset.preprocessing=dp).")
+    if not math.isfinite(dp_noise):
+        raise ConfigError(f"dataset.dp_noise_multiplier must be a finite number (got dataset.dp_noise_multiplier={dp_noise}); "
+                          "the noise multiplier of the DP standardisation (default 20).")
+    check_noise("dataset.dp_noise_multiplier", dp_noise)
     bounds = ds.get("bounds") or {}
     if not isinstance(bounds, Mapping):
         raise ConfigError(TYPE.format(key="dataset.bounds", expected="a mapping column -> [lo, hi]", value=bounds,
@@ -301,6 +310,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         options=dict(ds.get("options") or {}),
         preprocessing=str(preprocessing),
         bounds=dict(bounds),
+        dp_noise_multiplier=float(dp_noise),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})

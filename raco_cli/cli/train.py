@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,8 @@ def _load_data(spec: RunSpec):
         allow_download=ds.download,
         split_seed=ds.split_seed,
         options=ds.options,
-        preprocessing=ds.preprocessing,
+        # dp: the loader encodes by the public bounds; prepare_run standardises privately
+        preprocessing="public" if ds.preprocessing == "dp" else ds.preprocessing,
         bounds=ds.bounds,
     )
     if ds.subset is not None:
@@ -145,12 +146,21 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     from raco_cli.methods.base import Seeds
     from raco_cli.methods.core import resolve_device
     from raco_cli.methods.planning import plan
+    from raco_cli.privacy.mechanisms import noise_source
+    from raco_cli.privacy.preprocessing import dp_standardize, numeric_features
 
     spec = build_run_spec(cfg)
     resolved = _plain(cfg)
     method = methods.get(spec.method.name)
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
+    seeds = Seeds.from_seed(spec.seed)
+    method_spec = spec.method
+    if spec.dataset.preprocessing == "dp" and numeric_features(data):
+        # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
+        sigma = spec.dataset.dp_noise_multiplier
+        data = dp_standardize(data, noise_multiplier=sigma, source=noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng))
+        method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
     cons = constraints_mod.build_parts(
@@ -165,12 +175,12 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
     n_train = len(data.splits["train"])
     pplan = plan(
-        method, spec.method, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
+        method, method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
     )
     log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
     return PreparedRun(
         spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
-        model=model, plan=pplan, device=resolve_device(spec.device), seeds=Seeds.from_seed(spec.seed),
+        model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
     )
 
 
@@ -328,6 +338,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
                 "sampling": None if spec.secure_rng else seeds.sampling,
                 "noise": None if spec.secure_rng else seeds.noise,
                 "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
+                "preprocessing": None if spec.secure_rng or data.preprocessing != "dp" else seeds.preprocessing,
             },
             "secure_rng": spec.secure_rng,
             "selection": pplan.spec.selection,

@@ -259,7 +259,9 @@ def build_tabular(
         group_names=tuple(group_names),
         splits=splits,
         source=source,
-        meta={**dict(meta or {}), "preprocessing": preprocessing},
+        # the first len(numeric) columns of X are the numeric features (encode_features' order):
+        # dataset.preprocessing=dp standardises them privately after loading
+        meta={**dict(meta or {}), "preprocessing": preprocessing, "numeric_features": len(columns.numeric)},
     )
 
 

@@ -79,6 +79,9 @@ class MethodSpec:
         selection_eps: epsilon of the private checkpoint selection (report-noisy-max on
             validation correct counts, :mod:`raco_cli.privacy.selection`); 0 = exact
             selection.  Set by ``privacy.selection_share * eps`` in ``scope=model``.
+        preprocessing_noise: noise multiplier of the one Gaussian release of the DP
+            standardisation (``dataset.preprocessing=dp``, :mod:`raco_cli.privacy.preprocessing`);
+            0 = no such release.  Composed into the run's event by the planner.
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
     """
 
@@ -106,6 +109,7 @@ class MethodSpec:
     precision: str = "auto"
     scope: str = "paper"
     selection_eps: float = 0.0
+    preprocessing_noise: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def required(self, key: str) -> float:
@@ -145,6 +149,8 @@ class MethodSpec:
         _choice("method.selection", self.selection, ("best_feasible", "last"), "the reported checkpoint rule.")
         _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
+        _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",
+                  allow_zero=True)
         if not 0 <= self.momentum < 1:
             raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))
 
@@ -180,6 +186,7 @@ class Seeds:
         noise: Laplace/Gaussian noise generator.
         selection: Gumbel noise of the private checkpoint selection (``scope=model``); its
             own stream, so training noise is the same in both scopes.
+        preprocessing: Gaussian noise of the DP standardisation (``dataset.preprocessing=dp``).
     """
 
     seed: int
@@ -187,12 +194,15 @@ class Seeds:
     sampling: int
     noise: int
     selection: int = 0
+    preprocessing: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        # spawn(4)[:3] == spawn(3): adding the selection seed left the other three unchanged
-        init, sampling, noise, selection = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(4))
-        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection)
+        # spawn(5)[:4] == spawn(4): adding a seed leaves the earlier ones unchanged
+        init, sampling, noise, selection, preprocessing = (
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(5)
+        )
+        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing)
 
 
 @dataclass

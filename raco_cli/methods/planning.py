@@ -15,6 +15,7 @@ import dp_accounting as dpa
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import accountant, limits
+from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
 
 
@@ -37,18 +38,29 @@ class PrivacyPlan:
     eps_planned: float
 
 
+def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
+    """The releases a private run makes once, outside its steps: the DP standardisation
+    (``dataset.preprocessing=dp``) before training and the private checkpoint selection
+    (``privacy.scope=model``) after it."""
+    out = []
+    if spec.preprocessing_noise > 0:
+        out.append(standardization_event(spec.preprocessing_noise))
+    if spec.selection_eps > 0:
+        out.append(selection_event(spec.selection_eps))
+    return out
+
+
 def run_event(method: ModuleType, spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool) -> dpa.DpEvent:
     """The DpEvent tree of a whole run: the method's ``run_event`` if it defines one, else
-    ``SelfComposed(step_event, steps)``; composed with the private checkpoint selection
-    (``selection_eps > 0``, ``privacy.scope=model``) when the method is private."""
+    ``SelfComposed(step_event, steps)``; composed with :func:`once_events` when the method
+    is private."""
     custom = getattr(method, "run_event", None)
     if custom is not None:
         training = custom(spec, sample_rate, steps, constrained=constrained)
     else:
         training = accountant.repeated_event(method.step_event(spec, sample_rate, constrained=constrained), steps)
-    if method.PRIVATE and spec.selection_eps > 0:
-        return dpa.ComposedDpEvent([training, selection_event(spec.selection_eps)])
-    return training
+    once = once_events(spec) if method.PRIVATE else []
+    return dpa.ComposedDpEvent([training, *once]) if once else training
 
 
 def describe(spec: MethodSpec, constrained: bool) -> str:
@@ -84,7 +96,7 @@ def plan(
     q = 1.0 if full_batch else spec.batch_size / n_train
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)
     if not method.PRIVATE:  # nothing to promise: exact selection and full records
-        spec = replace(spec, scope="paper", selection_eps=0.0)
+        spec = replace(spec, scope="paper", selection_eps=0.0, preprocessing_noise=0.0)
         steps = spec.steps or spec.max_steps
         return PrivacyPlan(spec, steps, q, run_event(method, spec, q, steps, constrained=constrained), float("inf"))
     for key in ("noise_multiplier", "clip_norm") + (("hist_noise_multiplier",) if constrained and method.NAME == "raco_dp" else ()):
@@ -95,7 +107,8 @@ def plan(
             steps = _max_steps_of_run(method, spec, q, budget, constrained)
         else:
             step = method.step_event(spec, q, constrained=constrained)
-            extra = selection_event(spec.selection_eps) if spec.selection_eps > 0 else None
+            once = once_events(spec)
+            extra = None if not once else once[0] if len(once) == 1 else dpa.ComposedDpEvent(once)
             steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q,
                                          extra=extra)
     else:

@@ -23,8 +23,8 @@ event              the accounted DpEvent tree, as text
 steps              steps run (T)
 sample_rate        Poisson rate q = batch_size / n_train
 sampling           independent | shared
-seed, seeds        run seed and the derived init / sampling / noise seeds (noise: null with
-                   secure_rng)
+seed, seeds        run seed and the derived init / sampling / noise / selection /
+                   preprocessing seeds (all but init: null with secure_rng)
 secure_rng         whether the noise came from os.urandom (privacy.secure_rng)
 selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
                    its hard train constraint holds
@@ -47,7 +47,7 @@ stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-s
 config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
-preprocessing      (added in v1, optional) how features were scaled: public | empirical
+preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
 =================  ==========================================================================
 
 Privacy status of every key (``privacy.scope=model``, :data:`STATUS`): ``public``

@@ -1,8 +1,8 @@
 """The replay test (issue 12): everything ``privacy.scope=model`` writes is post-processing of
 the accounted releases.
 
-A run records its tape of noisy releases (histograms, gradient sums, the selection's noisy
-scores).  The same run on a copy of the data in which training and validation rows were
+A run records its tape of noisy releases (the DP standardisation's moments, histograms,
+gradient sums, the selection's noisy scores).  The same run on a copy of the data in which training and validation rows were
 replaced by other rows (same label and group, so the split is unchanged), fed that tape in
 place of the mechanisms, must write the same model.pt, summary.json and MLflow records.
 Under ``scope=paper`` (exact train feasibility, exact validation accuracy, training
@@ -99,7 +99,8 @@ def test_scope_model_writes_only_post_processing_of_the_releases(monkeypatch, tm
     tape, (rec1, state1), (rec2, state2) = _replay_pair(monkeypatch, tmp_path, "model")
     kinds = tape.kinds()
     assert kinds["histogram"] == kinds["gradient"] == rec1["summary"]["steps"] and kinds["selection_score"] >= 8
-    assert rec1["summary"]["privacy_scope"] == "model" and rec1["summary"]["preprocessing"] == "public"
+    assert kinds["preprocessing"] == 1  # the DP standardisation (dataset.preprocessing=dp)
+    assert rec1["summary"]["privacy_scope"] == "model" and rec1["summary"]["preprocessing"] == "dp"
     for key in state1:
         assert torch.equal(state1[key], state2[key]), key
     rec1["params"].pop("tracking.run_name"), rec2["params"].pop("tracking.run_name")
@@ -115,7 +116,7 @@ def test_scope_paper_leaks_exact_statistics_so_the_replay_differs(monkeypatch, t
     assert rec1["summary"] != rec2["summary"]
 
 
-@pytest.mark.parametrize("bad", ["histogram", "selection_score"])
+@pytest.mark.parametrize("bad", ["histogram", "selection_score", "preprocessing"])
 def test_replay_catches_an_unrecorded_release(monkeypatch, tmp_path, bad):
     """If one kind of release bypassed the tape (a mechanism computed outside the release
     layer), the replayed run would not match: dropping a kind from the tape is seen."""

@@ -99,9 +99,10 @@ def test_preprocessing_follows_the_scope_unless_set():
     def prep(*o):
         return build_run_spec(compose_config(["dataset=adult", *o])).dataset.preprocessing
 
-    assert prep() == "public" and prep("privacy.scope=paper") == "empirical"
+    assert prep() == "dp" and prep("privacy.scope=paper") == "empirical"
     assert prep("privacy.scope=paper", "dataset.preprocessing=public") == "public"
-    with pytest.raises(ConfigError, match="dataset.preprocessing must be one of auto, public, empirical"):
+    assert prep("dataset.preprocessing=public") == "public"
+    with pytest.raises(ConfigError, match="dataset.preprocessing must be one of auto, public, dp, empirical"):
         prep("dataset.preprocessing=zscore")
     with pytest.raises(ConfigError, match="privacy.scope must be one of model, paper"):
         prep("privacy.scope=everything")
