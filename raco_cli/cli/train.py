@@ -28,16 +28,21 @@ RUN_ID_FILE = ".mlflow_run_id"  # written once the job's MLflow run exists
 
 
 class _Progress:
-    """tqdm progress bar on stderr (disabled when stderr is not a terminal)."""
+    """tqdm progress bar on stderr (disabled when stderr is not a terminal).
 
-    def __init__(self, total: int, desc: str) -> None:
+    ``show_values``: the per-step values a method reports (e.g. the Poisson batch size, an
+    exact statistic of the sample) are shown only when the run writes full records.
+    """
+
+    def __init__(self, total: int, desc: str, *, show_values: bool = True) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=desc, unit="step", leave=False, disable=None, file=sys.stderr)
+        self.show_values = show_values
 
     def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
         self.bar.update(1)
-        if step % 20 == 0:
+        if self.show_values and step % 20 == 0:
             self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
 
     def on_eval(self, record: Any) -> None:
@@ -294,7 +299,7 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
         )
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
-    progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}")
+    progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=full_records)
     status = "FAILED"
     try:
         result = method.fit(
