@@ -86,6 +86,7 @@ class RunSpec:
     config_hash: str
     threads: int | None = None  # torch CPU threads (None: torch's default)
     scope: str = "model"  # privacy.scope: model | paper (what eps covers; docs/privacy.md)
+    delta_exponent: float | None = None  # privacy.delta_exponent: delta = n_train^-exponent (set once the data is loaded)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -315,9 +316,18 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
 
     constraint = _constraint_spec(c.get("constraint") or {})
 
-    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng, scope=scope)
+    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng, scope=scope,
+                     objective=_objective_spec(c.get("objective"), method_name=str((c.get("method") or {}).get("name"))))
+    if method.selection == "random" and not method.objective.is_dro:
+        raise ConfigError("method.selection=random (the random-iterate output of the DRO methods) needs objective=dro; "
+                          "use method.selection=best_feasible or last.")
     if scope == "model" and method.selection == "best_feasible":
         method = replace(method, selection_eps=share * eps)
+    delta_exponent = privacy.get("delta_exponent")
+    if delta_exponent is not None and (isinstance(delta_exponent, bool) or not isinstance(delta_exponent, (int, float))
+                                       or not 1.0 <= delta_exponent <= 3.0):
+        raise ConfigError(f"privacy.delta_exponent must be null or a number in [1, 3] (got privacy.delta_exponent={delta_exponent!r}); "
+                          "when set, delta = n_train^-exponent (e.g. 1.1, the DP-DRO paper's delta = 1/n^1.1).")
     model = dict(c.get("model") or {})
     if model.get("name") not in models.MODELS:
         raise unknown_name("model", model.get("name"), models.MODELS)
@@ -345,4 +355,28 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         config_hash=config_hash(c),
         threads=threads,
         scope=scope,
+        delta_exponent=None if delta_exponent is None else float(delta_exponent),
     )
+
+
+def _objective_spec(cfg: Any, *, method_name: str) -> Any:
+    """``objective`` config -> :class:`~raco_cli.objectives.ObjectiveSpec`, checked against what
+    the method optimises (``raco_cli.methods.OBJECTIVES``).
+
+    Raises:
+        ConfigError / UnsupportedError: a bad value, or an objective the method does not optimise.
+    """
+    from raco_cli import methods
+    from raco_cli.errors import UnsupportedError
+    from raco_cli.objectives import objective_spec
+
+    if cfg is not None and not isinstance(cfg, Mapping):
+        raise ConfigError(TYPE.format(key="objective", expected="a mapping", value=cfg, meaning="the objective config group (erm or dro)."))
+    objective = objective_spec(dict(cfg) if cfg else None)
+    supported = methods.objectives_of(method_name)
+    if objective.name not in supported:
+        if objective.name == "dro":
+            dro = sorted(name for name in methods.METHODS if "dro" in methods.objectives_of(name))
+            raise UnsupportedError(f"method={method_name} does not optimise objective=dro. Use one of: {', '.join(dro)}.")
+        raise UnsupportedError(f"method={method_name} optimises objective=dro only; add objective=dro (docs/dro.md).")
+    return objective

@@ -46,4 +46,4 @@ def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     return sorted(names)
 
 
-GROUPS = ("dataset", "constraint", "method", "model", "tracking", "experiment", "debug", "sweep")
+GROUPS = ("dataset", "constraint", "method", "model", "objective", "tracking", "experiment", "debug", "sweep")

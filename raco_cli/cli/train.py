@@ -25,6 +25,10 @@ from raco_cli.errors import RacoError, TrackingError
 
 log = logging.getLogger(__name__)
 RUN_ID_FILE = ".mlflow_run_id"  # written once the job's MLflow run exists
+# final/<split>/<name> metrics beyond the constraint ones: robustness (metrics/robust.py), the DRO
+# objective and its gradient norm (methods/dro_common.py), membership inference (split "mia")
+ROBUST_METRICS = ("worst_group_accuracy", "worst_class_accuracy", "balanced_accuracy", "roc_auc", "f1", "grad_norm",
+                  "dro_objective", "auc_loss", "auc_confidence")
 
 
 class _Progress:
@@ -179,6 +183,9 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
         validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
     n_train = len(data.splits["train"])
+    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n is public, as in q = B / n)
+        spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
+        log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
     pplan = plan(
         method, method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
     )
@@ -469,7 +476,7 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
     final = {}
     for split, m in summary["metrics"].items():
         for name in ("accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard", "dp_gap", "eo_gap",
-                     "eop_gap", "fnr", "fpr"):
+                     "eop_gap", "fnr", "fpr", *ROBUST_METRICS):
             v = m.get(name)
             if isinstance(v, (int, float)) and v == v:
                 final[f"final/{split}/{name}"] = float(v)

@@ -32,9 +32,10 @@ from raco_cli.errors import (
     POSITIVE,
     ConfigError,
 )
+from raco_cli.objectives import ObjectiveSpec
 from raco_cli.privacy.limits import check_noise
 
-Selection = Literal["best_feasible", "last"]
+Selection = Literal["best_feasible", "last", "random"]
 Dual = Literal["soft", "hard"]
 Optimizer = Literal["sgd", "momentum", "adam"]
 SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/privacy.md)
@@ -66,7 +67,9 @@ class MethodSpec:
         denominator_floor: positive floor of the noisy subset counts (clamp_denominators).
         eval_every: evaluate on train/val/test every this many steps (and at the end).
         selection: ``best_feasible``: the evaluation with the highest validation accuracy
-            among those whose hard train constraint holds (paper App. E.2); ``last``.
+            among those whose hard train constraint holds (paper App. E.2); ``last``;
+            ``random``: the iterate of a step drawn uniformly from 1..T before training (the
+            output of the DP-DRO paper's Algorithms 2 and 3; data-independent, so free).
         micro_batch: rows per chunk of the per-sample gradient computation (memory bound;
             results do not depend on it).
         precision: ``auto`` (bf16 autocast for non-linear models on CUDA, fp32 elsewhere),
@@ -83,6 +86,8 @@ class MethodSpec:
             standardisation (``dataset.preprocessing=dp``, :mod:`raco_cli.privacy.preprocessing`);
             0 = no such release.  Composed into the run's event by the planner.
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
+        objective: the ``objective`` config group (``erm``, or the DRO objective of
+            :mod:`raco_cli.objectives`).
     """
 
     name: str
@@ -111,6 +116,7 @@ class MethodSpec:
     selection_eps: float = 0.0
     preprocessing_noise: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
+    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
 
     def required(self, key: str) -> float:
         """A numeric setting a private method needs (the planner checked it is set)."""
@@ -146,7 +152,7 @@ class MethodSpec:
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
-        _choice("method.selection", self.selection, ("best_feasible", "last"), "the reported checkpoint rule.")
+        _choice("method.selection", self.selection, ("best_feasible", "last", "random"), "the reported checkpoint rule.")
         _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",
@@ -268,6 +274,8 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
     """
     if not history:
         raise ValueError("no evaluation recorded")
+    if rule == "random":  # the random iterate is drawn and kept by the methods that support it
+        raise ValueError("selection=random is resolved by the method (raco_cli.methods.dro_common), not here")
     if rule == "last":
         i = len(history) - 1
         return i, bool(history[i].metrics["train"]["satisfied"])

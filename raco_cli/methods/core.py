@@ -236,6 +236,7 @@ def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, tempe
             constraints=constraints,
             temperature=temperature,
             group_names=data.group_names,
+            class_names=data.class_names,
         )
     return out
 
@@ -282,7 +283,9 @@ class Checkpoints:
                 raise ValueError("scope=model with selection=best_feasible needs selection_eps > 0")
             self.noisy_max = NoisyArgmax(spec.selection_eps, noise_source(selection_seed, "cpu", secure=spec.secure_rng))
 
-    def record(self, step: int, lam: list[float], *, window: tuple[Any, int] | None = None) -> EvalRecord:
+    def record(
+        self, step: int, lam: list[float], *, window: tuple[Any, int] | None = None, extra: dict[str, dict[str, Any]] | None = None
+    ) -> EvalRecord:
         """Evaluate and keep a candidate.
 
         ``window`` (scope=model): the sum over the steps since the previous evaluation of the
@@ -292,8 +295,13 @@ class Checkpoints:
         averaged: ``max_j mean(Gamma_post - gamma_j) <= 0``.  The parameters oscillate under
         the dual dynamics, so a window centred on the checkpoint estimates its rates better
         than the histograms of earlier parameters alone; all of it is post-processing.
+
+        ``extra``: a method's own evaluations by split (e.g. the DRO gradient norm), merged
+        into the metrics before the scope filter (scope=model keeps only ``test``).
         """
         metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
+        for key, values in (extra or {}).items():
+            metrics[key] = {**metrics.get(key, {}), **values}
         index = len(self.history)
         if self.model_scope:
             if self._pending is not None:  # its window after is this one's window before

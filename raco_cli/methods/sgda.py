@@ -1,11 +1,15 @@
-"""Non-private constrained SGDA: exact histogram, no clipping, no noise (paper's reference).
+"""Non-private SGDA: the reference of the private descent-ascent methods.  Not private.
 
-The same loop as RaCO-DP with the privacy stages switched off.  Not private.
+* ``objective=erm``: constrained SGDA, exact histogram, no clipping, no noise (RaCO-DP's
+  reference): the same loop as RaCO-DP with the privacy stages switched off.
+* ``objective=dro``: SGDA on the DRO minimax form (:mod:`raco_cli.methods.dro_sgda`), DP-SGDA's
+  loop without clipping or noise (``options.lr_ratio``: the ratios' ascent step).
 """
 
 from __future__ import annotations
 
-from raco_cli.methods import core
+from raco_cli.methods import core, dro_sgda
+from raco_cli.methods.dro_common import DroRun
 from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import events
 
@@ -18,5 +22,13 @@ def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True
     return events.non_private()
 
 
+def validate(spec: MethodSpec, constraints, data=None) -> None:
+    if spec.objective.is_dro:
+        dro_sgda.sgda_options(spec)
+
+
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
+    if spec.objective.is_dro:
+        run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=False)
+        return run.finish(dro_sgda.run_sgda(run, dro_sgda.sgda_options(spec)))
     return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from raco_cli.constraints.rate import ConstraintSet
+from raco_cli.metrics.robust import robust_metrics
 
 #: the standard (fairlearn-defined, binary) metric reported with each constraint family
 STANDARD_METRICS: dict[str, tuple[str, ...]] = {
@@ -90,6 +91,7 @@ def evaluate(
     constraints: ConstraintSet,
     temperature: float,
     group_names: Sequence[str],
+    class_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one split.
 
@@ -98,8 +100,10 @@ def evaluate(
         ``constraint_max_hard`` / ``_soft`` (max_j Gamma_j), ``violation_hard`` / ``_soft``
         (max_j Gamma_j - gamma_j), ``satisfied`` (violation_hard <= 0), the fairness
         metrics of :func:`fairness_metrics`, ``group_accuracy`` and ``group_positive_rate``
-        (maps group name -> value), ``n``, and ``constraints``: per family (see
-        :func:`family_metrics`).
+        (maps group name -> value), ``n``, ``constraints``: per family (see
+        :func:`family_metrics`), and the robustness metrics of
+        :func:`raco_cli.metrics.robust.robust_metrics` (worst-group / per-class accuracy, ROC
+        AUC, F1).
     """
     logits = np.asarray(logits, dtype=np.float64)
     y = np.asarray(y)
@@ -127,6 +131,7 @@ def evaluate(
     pos_g = _group_rate(pred == (K - 1), np.ones_like(y, dtype=bool), group, n_groups)
     out["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g)}
     out["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g)}
+    out.update(robust_metrics(y, pred, p, group, group_names=group_names, class_names=class_names))
     return out
 
 

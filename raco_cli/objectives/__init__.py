@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from raco_cli.errors import CHOICE, ConfigError
 
 OBJECTIVES = ("erm", "dro")
+DIVERGENCES = ("chi2", "cvar", "cressie_read", "kl")
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ class ObjectiveSpec:
     alpha: float = 0.1
 
     def __post_init__(self) -> None:
-        from raco_cli.objectives.divergences import DIVERGENCES
-
         if self.name not in OBJECTIVES:
             raise ConfigError(CHOICE.format(key="objective.name", choices=", ".join(OBJECTIVES), value=self.name,
                                             meaning="erm: mean loss; dro: the psi-divergence DRO objective (docs/dro.md)."))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-DIVERGENCES = ("chi2", "cvar", "cressie_read", "kl")
+from raco_cli.objectives import DIVERGENCES
 MAX_EXPONENT = 60.0  # e^60 ~ 1e26: finite in float32 products, far above any clipping norm
 
 
@@ -113,7 +113,9 @@ class Divergence:
         return _exp(s).clamp(max=1.0 / self.alpha)
 
     def ascent(self, r: torch.Tensor, score: torch.Tensor, lam: float | torch.Tensor, step: float) -> torch.Tensor:
-        """One ascent step on ``r (l - eta) - lam psi(r)`` per record, ``score = l - eta``.
+        """One ascent step of size ``step / lam`` on ``r score - lam psi(r)`` per record
+        (``score = l - eta``), i.e. ``r <- r + step (score / lam - psi'(r))``: the iteration then
+        contracts at rate ``1 - step`` towards its fixed point whatever lambda is.
 
         kl / cvar: mirror ascent in ``log r`` (the entropy geometry of the simplex, which keeps
         r > 0); chi2 / Cressie-Read: projected gradient ascent onto ``r >= 0``.  The fixed point
@@ -121,9 +123,9 @@ class Divergence:
         """
         if self.name in ("kl", "cvar"):
             log_r = torch.log(r.clamp(min=1e-30))
-            log_r = log_r + step * (score - lam * log_r)
+            log_r = log_r + step * (score / lam - log_r)
             return _exp(log_r).clamp(max=self.upper)
-        return (r + step * (score - lam * self.psi_grad(r))).clamp(min=0.0)
+        return (r + step * (score / lam - self.psi_grad(r))).clamp(min=0.0)
 
 
 def divergence(name: str, *, k: float = 2.0, alpha: float = 0.1) -> Divergence:

@@ -35,6 +35,8 @@ PARENT_FILE = ".mlflow_parent_run_id"
 EVAL_METRICS = (
     "accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard",
     "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr",
+    "worst_group_accuracy", "worst_class_accuracy", "roc_auc", "f1", "grad_norm", "dro_objective",
+    "auc_loss", "auc_confidence",
 )  # fmt: skip
 
 

@@ -78,7 +78,8 @@ REQUIRED_METRICS = (
 
 
 PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
-_SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE}
+# "mia": membership-inference AUCs of train vs test rows (methods/dro_common.py): exact
+_SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE, "mia": EXACT}
 STATUS: dict[str, Any] = {
     **dict.fromkeys(
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
@@ -95,7 +96,9 @@ STATUS: dict[str, Any] = {
     "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
     # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
     # clip fractions, gradient norms, non-finite rows, step times) is exact
-    "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE},
+    "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
+              # the random iterate's step tau is drawn from the selection seed before training
+              "random_iterate_step": PUBLIC},
 }  # fmt: skip
 
 

@@ -1,0 +1,69 @@
+"""Robustness metrics and membership inference against scikit-learn's definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import balanced_accuracy_score, f1_score, roc_auc_score
+
+from raco_cli.constraints import build as build_constraints
+from raco_cli.metrics.evaluate import evaluate, softmax
+from raco_cli.metrics.membership import membership_inference
+from raco_cli.metrics.robust import rank_auc, robust_metrics
+
+
+@pytest.mark.parametrize("K", [2, 4])
+def test_robust_metrics_match_sklearn(K):
+    rng = np.random.default_rng(K)
+    n = 300
+    y = rng.integers(0, K, n)
+    logits = rng.normal(size=(n, K)) + 1.5 * np.eye(K)[y]
+    logits[:7] = np.round(logits[:7])  # ties
+    group = rng.integers(0, 3, n)
+    probs = softmax(logits)
+    pred = logits.argmax(1)
+    m = robust_metrics(y, pred, probs, group, group_names=("a", "b", "c"))
+    if K == 2:
+        assert m["roc_auc"] == pytest.approx(roc_auc_score(y, probs[:, 1]))
+        assert m["f1"] == pytest.approx(f1_score(y, pred))
+    else:
+        assert m["roc_auc"] == pytest.approx(roc_auc_score(y, probs, multi_class="ovr", average="macro"))
+        assert m["f1"] == pytest.approx(f1_score(y, pred, average="macro"))
+    assert m["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, pred))
+    accs = [float((pred[group == g] == y[group == g]).mean()) for g in range(3)]
+    assert m["worst_group_accuracy"] == pytest.approx(min(accs))
+    assert m["worst_class_accuracy"] == pytest.approx(min(float((pred[y == k] == k).mean()) for k in range(K)))
+
+
+def test_rank_auc_ties_and_empty():
+    assert rank_auc(np.array([1.0, 1.0]), np.array([1.0])) == 0.5
+    assert np.isnan(rank_auc(np.array([]), np.array([1.0])))
+
+
+def test_missing_class_gives_null_auc_and_evaluate_carries_the_metrics():
+    y = np.array([0, 0, 0])
+    logits = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+    cons = build_constraints("dp", n_classes=2, n_groups=2, gamma=0.1)
+    out = evaluate(logits, y, np.array([0, 1, 1]), constraints=cons, temperature=1.0, group_names=("g0", "g1"),
+                   class_names=("neg", "pos"))
+    assert out["roc_auc"] is None and out["class_accuracy"] == {"neg": 2 / 3, "pos": None}
+    assert out["worst_group_accuracy"] == 0.5 and out["worst_class_accuracy"] == 2 / 3
+
+
+def test_membership_attacks_on_a_memorising_and_a_blind_model():
+    rng = np.random.default_rng(0)
+    y_in, y_out = rng.integers(0, 2, 500), rng.integers(0, 2, 800)
+    z_in = 4.0 * (2 * np.eye(2)[y_in] - 1)  # confident and right on members
+    z_out = rng.normal(size=(800, 2))
+    hit = membership_inference(z_in, y_in, z_out, y_out)
+    assert hit["auc_loss"] > 0.95 and hit["auc_confidence"] > 0.95 and hit["n_members"] == 500
+    blind = membership_inference(rng.normal(size=(500, 2)), y_in, rng.normal(size=(800, 2)), y_out)
+    assert abs(blind["auc_loss"] - 0.5) < 0.06 and abs(blind["auc_confidence"] - 0.5) < 0.06
+    # the loss attack is the AUC of -loss: sklearn on the same balanced subsample
+    rng = np.random.default_rng(0)  # the function's subsample: members first, then non-members
+    rng.choice(500, 500, replace=False)
+    sub = np.sort(rng.choice(800, 500, replace=False))
+    lp = lambda z, yy: (z - np.log(np.exp(z).sum(1, keepdims=True)))[np.arange(len(yy)), yy]  # noqa: E731
+    scores = np.concatenate([lp(z_in, y_in), lp(z_out[sub], y_out[sub])])
+    labels = np.r_[np.ones(500), np.zeros(500)]
+    assert hit["auc_loss"] == pytest.approx(roc_auc_score(labels, scores))
