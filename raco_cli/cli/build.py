@@ -40,6 +40,7 @@ class DatasetSpec:
     preprocessing: str = "empirical"  # public | dp | empirical (resolved from dataset.preprocessing)
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
+    imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         preprocessing=str(preprocessing),
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
+        imbalance=_imbalance(ds.get("imbalance")),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})
@@ -357,6 +359,19 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         scope=scope,
         delta_exponent=None if delta_exponent is None else float(delta_exponent),
     )
+
+
+def _imbalance(cfg: Any) -> dict[str, Any]:
+    """``dataset.imbalance`` (null or a mapping; :mod:`raco_cli.data.imbalance`)."""
+    from raco_cli.data.imbalance import check
+
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(TYPE.format(key="dataset.imbalance", expected="null or a mapping", value=cfg,
+                                      meaning="label_ratio / group_ratio of the imbalanced variant (docs/dro.md)."))
+    checked = check(cfg)
+    return {k: v for k, v in checked.items() if v is not None} if any(checked[k] is not None for k in ("label_ratio", "group_ratio")) else {}
 
 
 def _objective_spec(cfg: Any, *, method_name: str) -> Any:

@@ -95,7 +95,7 @@ def load_data(spec: RunSpec):
 
     ds = spec.dataset
     key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options), ds.preprocessing,
-                      dict(ds.bounds)], sort_keys=True, default=str)
+                      dict(ds.bounds), dict(ds.imbalance)], sort_keys=True, default=str)
     if key in _DATA_CACHE:
         return _DATA_CACHE[key]
     loaded = _load_data(spec)
@@ -120,6 +120,10 @@ def _load_data(spec: RunSpec):
         preprocessing="public" if ds.preprocessing == "dp" else ds.preprocessing,
         bounds=ds.bounds,
     )
+    if ds.imbalance:  # dataset.imbalance: the label- or group-imbalanced variant
+        from raco_cli.data.imbalance import imbalanced
+
+        loaded = imbalanced(loaded, ds.imbalance, seed=ds.split_seed)
     if ds.subset is not None:
         loaded = loaded.subset(ds.subset, seed=ds.split_seed)
     return loaded

@@ -75,6 +75,31 @@ DATASETS: dict[str, DatasetEntry] = {
             "http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (manual: Google Drive)",
         ),
         DatasetEntry(
+            "digits",
+            "raco_cli.data.digits",
+            "scikit-learn's bundled 8x8 digits (1 797 images; options st/imratio: digits-ST, 0-4 vs 5-9 imbalanced)",
+            "sklearn.datasets.load_digits (bundled with scikit-learn, no download)",
+            needs_files=False,
+        ),
+        DatasetEntry(
+            "mnist",
+            "raco_cli.data.mnist",
+            "MNIST handwritten digits (70 000 28x28 images; options st/imratio: MNIST-ST)",
+            "https://ossci-datasets.s3.amazonaws.com/mnist/ (idx-ubyte gz, the files of yann.lecun.com/exdb/mnist)",
+        ),
+        DatasetEntry(
+            "fashion_mnist",
+            "raco_cli.data.fashion_mnist",
+            "Fashion-MNIST clothing images (70 000 28x28 images; options st/imratio: the -ST construction)",
+            "https://github.com/zalandoresearch/fashion-mnist (idx-ubyte gz)",
+        ),
+        DatasetEntry(
+            "cifar10",
+            "raco_cli.data.cifar10",
+            "CIFAR-10 (60 000 32x32 colour images; option st: CIFAR10-ST, last 100 of classes 0-4)",
+            "https://www.cs.toronto.edu/~kriz/cifar.html (python version; manual: unpack the tar.gz)",
+        ),
+        DatasetEntry(
             "synthetic",
             "raco_cli.data.synthetic",
             "generated logistic data with a group disparity (tests and smoke runs)",

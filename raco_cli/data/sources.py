@@ -60,6 +60,9 @@ class RemoteFile:
         check: content check run after the checksums; raises :class:`DataIntegrityError`.
         is_dir: a directory (e.g. a folder of images) that must exist and be non-empty;
             its content is checked by the loader when read.
+        archive_md5: MD5 of the file *as published*, a gzip archive (MNIST's idx files are
+            only checksummed compressed): checked on the stored bytes, so the copy is kept
+            compressed in the cache.
     """
 
     name: str
@@ -71,11 +74,12 @@ class RemoteFile:
     alternatives: tuple[RemoteFile, ...] = ()
     check: Callable[[bytes], None] | None = field(default=None, compare=False, repr=False)
     is_dir: bool = False
+    archive_md5: str | None = None
 
     @property
     def verifiable(self) -> bool:
         """True when the content is checked against a pinned checksum or digest."""
-        return bool(self.sha256 or self.md5 or self.check)
+        return bool(self.sha256 or self.md5 or self.check or self.archive_md5)
 
     def forms(self) -> tuple[RemoteFile, ...]:
         """This file and its alternatives, in preference order."""
@@ -180,6 +184,8 @@ def verify(dataset: str, spec: RemoteFile, path: Path) -> bytes:
                 f"{path} is empty; fetch it again with: {fetch_command(dataset)}"
             )
         return b""
+    if spec.archive_md5 is not None:
+        _verify_archive(dataset, spec, path)
     content = read_bytes(path)
     for algo, expected, fn in (("sha256", spec.sha256, sha256), ("md5", spec.md5, md5)):
         if expected is not None:
@@ -193,6 +199,21 @@ def verify(dataset: str, spec: RemoteFile, path: Path) -> bytes:
     if spec.check is not None:
         spec.check(content)
     return content
+
+
+def _verify_archive(dataset: str, spec: RemoteFile, path: Path) -> None:
+    """The stored bytes must be the published gzip archive with the published MD5."""
+    raw = Path(path).read_bytes()
+    if raw[:2] != b"\x1f\x8b":
+        raise DataIntegrityError(
+            f"{path} is not the published gzip archive (its published MD5 is of the compressed file, so an "
+            f"uncompressed copy cannot be verified); keep the .gz as downloaded, or fetch it again with: {fetch_command(dataset)}"
+        )
+    actual = md5(raw)
+    if actual != spec.archive_md5:
+        raise DataIntegrityError(
+            CHECKSUM.format(path=path, expected=spec.archive_md5, actual=actual, command=fetch_command(dataset)).replace("sha256", "md5")
+        )
 
 
 def missing_error(dataset: str, spec: RemoteFile, *, data_dir: Path) -> DataNotFoundError:
@@ -226,7 +247,8 @@ def download(dataset: str, spec: RemoteFile, *, data_dir: Path) -> Path:
         except OSError as exc:  # URLError, timeouts, refused connections
             errors.append(f"{url}: {exc}")
             continue
-        content = gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload
+        keep = spec.archive_md5 is not None  # the published archive is what is checksummed
+        content = payload if keep or payload[:2] != b"\x1f\x8b" else gzip.decompress(payload)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
             tmp.write(content)
@@ -326,6 +348,8 @@ def fetch(
             if form.is_dir:
                 out.append(path)
                 continue
+            if form.archive_md5 is not None:  # keep the verified archive itself
+                content = Path(path).read_bytes()
             target = Path(data_dir) / _folder(dataset, form) / form.name
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:

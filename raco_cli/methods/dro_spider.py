@@ -32,13 +32,24 @@ first refresh):
 
 * v (lines 7 / 13): estimator of ``mean grad_x g_i``, ``g_i = exp(l_i / lambda)``: refresh on B1,
   corrections (``grad_x g_i(w_t) - grad_x g_i(w_{t-1})`` per record) on B2;
-* u (lines 8 / 14): the same for ``d g_i / d lambda`` on B3 / B4;
+* u (lines 8 / 14): the same for ``d g_i / d lambda`` on B3 / B4.  What the SPIDER recursions
+  track (and what is clipped) are the per-record terms ``lambda grad_x g_i = g_i grad l_i`` and
+  ``lambda^2 dg_i/dlambda = -g_i l_i``, rescaled by the public lambda afterwards
+  (:meth:`~raco_cli.objectives.dro.Compositional.direction`): the paper's terms grow like
+  1/lambda and 1/lambda^2, and a fixed clipping norm would truncate them more and more as
+  lambda falls, biasing the lambda-gradient towards lambda0;
 * s (line 16): the inner mean ``mean g_i`` by STORM on a Poisson batch B5 of expected size
   ``s_batch_size`` (the paper: one sample):
   ``s_t = (1/b5) sum_i [c_i(w_t) - (1 - beta) c_i(w_{t-1})] + (1 - beta) s_{t-1} + noise``,
   ``c_i = min(g_i, C_5)``; per record ``|c_i(w_t) - (1-beta) c_i(w_{t-1})| <= C_5``.  As printed,
   both c terms are at w_t, which reduces to an exponential average ``beta c_i(w_t)``
   (``options.storm: false``); the text cites STORM, whose correction is at w_{t-1} (default);
+* shift (``options.shift``, default on; the paper's g has c = 0): ``g_i = exp((l_i - c) / lambda)``
+  with c re-centred at every refresh to the current estimate of ``lambda log mean exp(l/lambda)``
+  (``c <- c + lambda_{t-1} log s_{t-1}``, and s rescaled to 1 exactly), a function of earlier
+  releases.  Line 18's gradient is the same for every c; without it g spans
+  ``exp(l / lambda)``, a fixed C_5 truncates it as lambda falls, the estimate of
+  ``KL(p_lambda || uniform)`` collapses, and lambda is driven to lambda0 (measured on Adult);
 * z (lines 17-18): ``x <- x - lr (lambda/s) v``; ``lambda <- max(lambda0, lambda - lr_dual lambda
   ((lambda/s) u + log s + rho))``; s is floored at ``s_floor`` first (post-processing).  The
   lambda step is scaled by lambda_t (the paper uses one step size for w = (x, lambda); the
@@ -51,6 +62,7 @@ correction rates and noise multipliers, self-composed over the refresh and corre
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -85,11 +97,12 @@ RECURSIVE_DEFAULTS: dict[str, Any] = {
     "lambda_diff_noise_multiplier": 3.0,  # sigma_4: u corrections
     "lambda_diff_clip_norm": 5.0,         # C_4
     "s_noise_multiplier": 3.0,            # sigma_s of line 16
-    "s_clip_norm": 50.0,                  # C_5: g_i = exp(l_i / lambda) is clipped to [0, C_5]
+    "s_clip_norm": 10.0,                  # C_5: g_i = exp((l_i - c) / lambda) is clipped to [0, C_5]
     "s_batch_size": 128.0,                # expected size of line 16's Poisson batch (the paper: 1)
-    "storm_beta": 0.1,                    # beta_t (constant)
+    "storm_beta": 0.2,                    # beta_t (constant)
     "storm": True,                        # STORM correction at w_{t-1} (false: line 16 as printed)
-    "s_floor": 1e-3,                      # s is used as max(s, s_floor) in line 18 (log s, lambda / s)
+    "s_floor": 0.1,                       # s is used as max(s, s_floor) in line 18 (log s, lambda / s); s ~ 1 with the shift
+    "shift": True,                        # g_i = exp((l_i - c)/lambda), c re-centred at refreshes (false: c = 0, the paper's)
     "diff_clip_scale": 0.0,
     "max_step": 0.0,
 }  # fmt: skip
@@ -117,10 +130,11 @@ def recursive_options(spec: MethodSpec, defaults: dict[str, Any] = RECURSIVE_DEF
 
         raise ConfigError(f"method.options.storm_beta must be in (0, 1] (got method.options.storm_beta={o['storm_beta']}); "
                           "the STORM weight beta_t of line 16.")
-    if not isinstance(o["storm"], bool):
-        from raco_cli.errors import ConfigError
+    for key in ("storm", "shift"):
+        if not isinstance(o[key], bool):
+            from raco_cli.errors import ConfigError
 
-        raise ConfigError(f"method.options.storm must be true or false (got method.options.storm={o['storm']!r}).")
+            raise ConfigError(f"method.options.{key} must be true or false (got method.options.{key}={o[key]!r}).")
     return o
 
 
@@ -303,18 +317,21 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
     v: list[torch.Tensor] | None = None
     u = 0.0
     s: float | None = None
+    c = 0.0  # the shift of g (module docstring)
     beta = o["storm_beta"]
     run.record(0, [lam])
     for t in range(run.steps):
         t0 = time.perf_counter()
         refresh = t % o["phase"] == 0 or x_prev is None
         step_rate, expected = (r.refresh, r.refresh * n) if refresh else (r.diff, r.diff * n)
+        if refresh and o["shift"] and s is not None:  # re-centre: s estimated mean exp((l - c)/lambda_{t-1})
+            c, s = c + lam_prev * math.log(max(s, o["s_floor"])), 1.0
         # v: mean grad_x g at w_t (lines 5-7, 10-13)
         _, X, y = run.sample(step_rate, primal=True)
         batch_rows = len(y)
-        terms = [(None, comp.x_weights(run.losses(X, y), lam))]
+        terms = [(None, comp.x_weights(run.losses(X, y), lam, c))]
         if not refresh:
-            terms.append((x_prev, -comp.x_weights(run.losses(X, y, x_prev), lam_prev)))
+            terms.append((x_prev, -comp.x_weights(run.losses(X, y, x_prev), lam_prev, c)))
         release = None if rel is None else (rel.v_refresh if refresh else rel.v_diff)
         clip = _clip_norm(run, o, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
         res = run.engine.clipped_sum(X, y, terms, clip)
@@ -323,9 +340,9 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         v = [g / expected for g in sums] if refresh or v is None else [a + g / expected for a, g in zip(v, sums)]
         # u: mean d g / d lambda at w_t (lines 8, 14)
         _, X, y = run.sample(step_rate)
-        rows = comp.lam_terms(run.losses(X, y), lam)[:, None]
+        rows = comp.lam_terms(run.losses(X, y), lam, c)[:, None]
         if not refresh:
-            rows = rows - comp.lam_terms(run.losses(X, y, x_prev), lam_prev)[:, None]
+            rows = rows - comp.lam_terms(run.losses(X, y, x_prev), lam_prev, c)[:, None]
         release = None if rel is None else (rel.u_refresh if refresh else rel.u_diff)
         clip = _clip_norm(run, o, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
         total = run.clip_rows(rows, clip)
@@ -335,12 +352,12 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         # s: STORM estimate of mean g (line 16) on its own Poisson batch
         _, X, y = run.sample(r.s)
         c_cap = rel.s.clip if rel is not None else None
-        c_now = _capped(comp.g(run.losses(X, y), lam), c_cap)
+        c_now = _capped(comp.g(run.losses(X, y), lam, c), c_cap)
         if s is None:
             h = c_now
         elif o["storm"]:
             assert x_prev is not None
-            h = c_now - (1.0 - beta) * _capped(comp.g(run.losses(X, y, x_prev), lam_prev), c_cap)
+            h = c_now - (1.0 - beta) * _capped(comp.g(run.losses(X, y, x_prev), lam_prev, c), c_cap)
         else:  # line 16 as printed: both terms at w_t
             h = beta * c_now
         total = run.clip_rows(h[:, None], c_cap)

@@ -114,7 +114,9 @@ def plan(
     else:
         steps = spec.steps
         if spec.calibrate_noise:
-            base = spec
+            # every noise multiplier of the method is scaled, the defaulted options' too
+            defaults = {k: v for k, v in getattr(method, "DEFAULTS", {}).items() if k.endswith("noise_multiplier")}
+            base = replace(spec, options={**defaults, **spec.options})
 
             def scaled(s: float) -> dpa.DpEvent:  # the whole run, so a first stage scales too
                 return run_event(method, _scale_noise(base, s), q, steps, constrained=constrained)

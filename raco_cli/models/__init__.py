@@ -3,6 +3,7 @@
 * ``logreg``: one linear layer (closed-form per-sample gradients; the tabular default).
 * ``mlp``: a small ReLU MLP (non-convex tabular runs).
 * ``resnet16``: ResNet16 with GroupNorm for images (C, H, W) (paper App. E.7).
+* ``resnet20``: the CIFAR ResNet20 with GroupNorm (the DP-DRO paper's image model).
 """
 
 from __future__ import annotations
@@ -40,12 +41,19 @@ def _resnet16(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
     return resnet16(input_shape, n_classes, **opts)
 
 
-MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp, "resnet16": _resnet16}
+def _resnet20(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
+    from raco_cli.models.resnet20 import resnet20
+
+    return resnet20(input_shape, n_classes, **opts)
+
+
+MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp, "resnet16": _resnet16, "resnet20": _resnet20}
 # the model.* keys each model accepts (besides ``name``)
 OPTIONS: dict[str, tuple[str, ...]] = {
     "logreg": (),
     "mlp": ("hidden",),
     "resnet16": ("width", "groups", "blocks", "stem_pool"),
+    "resnet20": ("width", "groups"),
 }
 MAX_WIDTH = 1_000_000
 

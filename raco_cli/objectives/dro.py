@@ -14,7 +14,8 @@ Notation: ``l_i = l(x; xi_i)`` the loss of record i, ``n`` records, lambda the d
   ``g_i = exp(l_i / lambda)``, ``grad_x g_i = g_i / lambda grad l_i``,
   ``d g_i / d lambda = -g_i l_i / lambda^2``; ``grad_x Psi = (lambda / s) v`` and
   ``d Psi / d lambda = (lambda / s) u + log s + rho`` (line 18) for estimates s, v, u of the
-  means of g, grad_x g, dg/dlambda.
+  means of g, grad_x g, dg/dlambda (the methods estimate lambda v and lambda^2 u, see
+  :meth:`Compositional.direction`).
 * :class:`Lagrangian`, the minimax form of eq. 2 for SGDA, with the simplex constraint
   ``sum_i p_i = 1`` moved into a multiplier eta (the same eta as eq. 3) and the weights kept as
   per-record density ratios ``r_i = n p_i >= 0``::
@@ -101,23 +102,32 @@ class Compositional:
         return cls(rho=spec.rho, lambda0=spec.lambda0)
 
     @staticmethod
-    def g(ell: torch.Tensor, lam: float) -> torch.Tensor:
-        """``g(w; xi_i) = exp(l_i / lambda)`` (exponent capped at MAX_EXPONENT)."""
-        return torch.exp((ell / lam).clamp(max=MAX_EXPONENT))
+    def g(ell: torch.Tensor, lam: float, shift: float = 0.0) -> torch.Tensor:
+        """``g(w; xi_i) = exp((l_i - c) / lambda)`` (exponent capped at MAX_EXPONENT).
 
-    def x_weights(self, ell: torch.Tensor, lam: float) -> torch.Tensor:
-        """``grad_x g_i = (g_i / lambda) grad l_i``."""
-        return self.g(ell, lam) / lam
+        The paper's g has c = 0.  Any constant shift c leaves the gradient of eq. 5 unchanged
+        (``Psi = c + lambda log mean exp((l - c)/lambda) + lambda rho`` and the c terms of
+        line 18 cancel; tested), and c near ``lambda log mean exp(l / lambda)`` keeps g near 1,
+        where a fixed clipping norm does not truncate it."""
+        return torch.exp(((ell - shift) / lam).clamp(max=MAX_EXPONENT))
 
-    def lam_terms(self, ell: torch.Tensor, lam: float) -> torch.Tensor:
-        """``d g_i / d lambda = -g_i l_i / lambda^2``."""
-        return -self.g(ell, lam) * ell / lam**2
+    def x_weights(self, ell: torch.Tensor, lam: float, shift: float = 0.0) -> torch.Tensor:
+        """``a_i = g_i grad l_i = lambda grad_x g_i``: the weights ``g_i`` of ``grad l_i``."""
+        return self.g(ell, lam, shift)
 
-    def direction(self, s: float, v: list[torch.Tensor], u: float, lam: float) -> tuple[list[torch.Tensor], float]:
-        """``z_t`` of Algorithm 3 line 18: ``((lambda / s) v, (lambda / s) u + log s + rho)``;
-        ``grad f(g) = (log g_2 + rho, g_1 / g_2)`` at ``g = (lambda, s)``."""
-        scale = lam / s
-        return [scale * t for t in v], scale * u + math.log(s) + self.rho
+    def lam_terms(self, ell: torch.Tensor, lam: float, shift: float = 0.0) -> torch.Tensor:
+        """``b_i = -g_i (l_i - c) = lambda^2 d g_i / d lambda`` (c held fixed)."""
+        return -self.g(ell, lam, shift) * (ell - shift)
+
+    def direction(self, s: float, a: list[torch.Tensor], b: float, lam: float) -> tuple[list[torch.Tensor], float]:
+        """``z_t`` of Algorithm 3 line 18, ``(grad f(s) v, grad f(s) u + log s + rho)`` with
+        ``grad f(g) = (log g_2 + rho, g_1 / g_2)`` at ``g = (lambda, s)``, from estimates
+        ``a ~ mean g_i grad l_i = lambda v`` and ``b ~ mean -g_i (l_i - c) = lambda^2 u``:
+        ``(a / s, b / (lambda s) + log s + rho)``.  Estimating lambda v and lambda^2 u instead of
+        v and u (the public lambda rescales each record's term) keeps the per-record terms of
+        order g whatever lambda is, so a fixed clipping norm does not truncate them as lambda
+        falls."""
+        return [t / s for t in a], b / (lam * s) + math.log(s) + self.rho
 
     def value(self, ell: torch.Tensor, lam: float) -> torch.Tensor:
         """``Psi(x, lambda) = lambda log mean exp(l_i / lambda) + lambda rho`` (stable log-sum-exp)."""

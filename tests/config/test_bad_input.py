@@ -40,8 +40,8 @@ def _prepare(*extra: str, tmp_path=None):
         ("dataset.options.n_features=1000000", "dataset.options.n_features must be <= 10000 (got dataset.options.n_features=1000000); see conf/dataset/synthetic.yaml."),
         ("threads=0", "threads must be a positive integer or null (got threads=0); null keeps torch's default."),
         ("dataset.split_seed=-1", "dataset.split_seed must be an integer in [0, 2^32 - 1] (got dataset.split_seed=-1)."),
-        ("method=adam", "Unknown method 'adam'. Available: dp_fermi, dp_sgd, dpse, raco_dp, sgd, sgda."),
-        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp, resnet16."),
+        ("method=adam", "Unknown method 'adam'. Available: dp_double_spider, dp_fermi, dp_private_diff, dp_recursive_spider, dp_sgd, dp_sgda, dpse, raco_dp, sgd, sgda, spider."),
+        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp, resnet16, resnet20."),
         ("+model.input_dim=5", "Unknown key model.input_dim for model=logreg. Allowed: none."),
         ("+dataset.options.rows=5", "Unknown key dataset.options.rows for dataset 'synthetic'. Allowed: n, n_classes, n_features, n_groups, seed (see conf/dataset/synthetic.yaml)."),
         ("dataset.options.n=5", "dataset.options.n must be an integer >= 100 (got dataset.options.n=5); see conf/dataset/synthetic.yaml."),
@@ -58,7 +58,7 @@ def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message
 
 
 def test_unknown_names_and_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images\.$"):
+    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images\.$"):
         _prepare("dataset=adlt")
     with pytest.raises(ConfigError, match=r"Key 'learning_rate' is not in the config; check the key name"):
         _prepare("method.learning_rate=3")

@@ -19,10 +19,14 @@ def test_defaults(composer):
     assert spec.method.sampling == "independent"
 
 
-@pytest.mark.parametrize("group", ["dataset", "constraint", "method", "model", "tracking", "debug"])
+@pytest.mark.parametrize("group", ["dataset", "constraint", "method", "model", "objective", "tracking", "debug"])
 def test_every_group_option_composes(composer, group):
+    from raco_cli import methods
+
     for option in group_options(group):
-        cfg = composer([f"{group}={option}"])
+        dro_only = group == "method" and "erm" not in methods.objectives_of(option)
+        extra = ["objective=dro"] if dro_only else ["method=dp_sgda"] if (group, option) == ("objective", "dro") else []
+        cfg = composer([f"{group}={option}", *extra])
         spec = build_run_spec(cfg)
         if group == "model":
             assert spec.model["name"] == option
@@ -30,6 +34,8 @@ def test_every_group_option_composes(composer, group):
             assert spec.constraint.name == "dp+fnr"  # the default parts of conf/constraint/combo.yaml
         elif group in ("dataset", "constraint", "method"):
             assert getattr(spec, group).name == option
+        elif group == "objective":
+            assert spec.method.objective.name == option
 
 
 @pytest.mark.parametrize(
@@ -44,7 +50,7 @@ def test_every_group_option_composes(composer, group):
         ("method.lr=0", "method.lr must be > 0 (got method.lr=0.0); the primal learning rate."),
         ("method.batch_size=0", "method.batch_size must be > 0 (got method.batch_size=0); the expected Poisson batch size."),
         ("method.sampling=joint", "method.sampling must be one of independent, shared (got method.sampling='joint'); how histogram and gradient batches are drawn."),
-        ("dataset.name=adlt", "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images."),
+        ("dataset.name=adlt", "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images."),
     ],
 )
 def test_bad_values_exact_messages(composer, override, message):
@@ -56,8 +62,8 @@ def test_bad_values_exact_messages(composer, override, message):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images."),
-        (["method=foo"], "Unknown method 'foo'. Available: dp_fermi, dp_sgd, dpse, raco_dp, sgd, sgda."),
+        (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images."),
+        (["method=foo"], "Unknown method 'foo'. Available: dp_double_spider, dp_fermi, dp_private_diff, dp_recursive_spider, dp_sgd, dp_sgda, dpse, raco_dp, sgd, sgda, spider."),
         (["constraint=xx"], "Unknown constraint 'xx'. Available: combo, custom, dp, eo, eop, fnr, fpr, none."),
         (["--multirun", "eps=1,0"], "eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run."),
         (["--multirun", "seed=0,1", "constraint.gamma=0.1,-2"], "constraint.gamma must be >= 0 (got -2.0); gamma is the allowed gap of each rate constraint."),

@@ -17,6 +17,7 @@ import torch
 from raco_cli import constraints, methods, models
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.methods.planning import plan, run_event
+from raco_cli.objectives import ObjectiveSpec
 from raco_cli.privacy import accountant
 
 METHODS = sorted(methods.METHODS)
@@ -34,6 +35,8 @@ def spec_for(name, **kw):
         base.update(options={"noise_multiplier_w": 4.0, "count_noise_multiplier": 20.0})
     if name == "dpse":  # full batch, fixed T, noise calibrated to the budget
         base.update(steps=20, calibrate_noise=True, lr=1.0)
+    if "erm" not in methods.objectives_of(name):  # the DRO methods (KL-constrained, eq. 5)
+        base.update(objective=ObjectiveSpec("dro", divergence="kl"), lr=0.5)
     base.update(kw)
     return MethodSpec(**base)
 

@@ -51,13 +51,18 @@ def test_compositional_direction_is_the_gradient_of_eq5():
     psi = lam * torch.log(torch.exp(ell / lam).mean()) + lam * spec.rho
     d_ell, d_lam = torch.autograd.grad(psi, [ell, lam])
     e = ell.detach()
-    s, u = float(comp.g(e, 0.9).mean()), float(comp.lam_terms(e, 0.9).mean())
-    # v = mean grad_x g = (1/n) sum_i (g_i / lambda) grad l_i: represent grad l_i by unit vectors
-    v = [torch.diag(comp.x_weights(e, 0.9)) / len(e)]
-    zx, zl = comp.direction(s, v, u, 0.9)
-    torch.testing.assert_close(zx[0].sum(dim=0), d_ell)  # column i: dPsi/dl_i
+    s, b = float(comp.g(e, 0.9).mean()), float(comp.lam_terms(e, 0.9).mean())
+    # a = mean g_i grad l_i: represent grad l_i by unit vectors (column i: dPsi/dl_i)
+    a = [torch.diag(comp.x_weights(e, 0.9)) / len(e)]
+    zx, zl = comp.direction(s, a, b, 0.9)
+    torch.testing.assert_close(zx[0].sum(dim=0), d_ell)
     assert zl == pytest.approx(float(d_lam), rel=1e-10)
     assert float(comp.value(e, 0.9)) == pytest.approx(float(psi.detach()), rel=1e-12)
+    for shift in (0.7, -2.0, 3.5):  # any shift c of g gives the same direction (module docstring)
+        s_c, b_c = float(comp.g(e, 0.9, shift).mean()), float(comp.lam_terms(e, 0.9, shift).mean())
+        zx_c, zl_c = comp.direction(s_c, [torch.diag(comp.x_weights(e, 0.9, shift)) / len(e)], b_c, 0.9)
+        torch.testing.assert_close(zx_c[0], zx[0])
+        assert zl_c == pytest.approx(zl, rel=1e-9)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
