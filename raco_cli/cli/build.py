@@ -379,10 +379,9 @@ def _objective_spec(cfg: Any, *, method_name: str) -> Any:
     the method optimises (``raco_cli.methods.OBJECTIVES``).
 
     Raises:
-        ConfigError / UnsupportedError: a bad value, or an objective the method does not optimise.
+        ConfigError: a bad value, or an objective the method does not optimise.
     """
     from raco_cli import methods
-    from raco_cli.errors import UnsupportedError
     from raco_cli.objectives import objective_spec
 
     if cfg is not None and not isinstance(cfg, Mapping):
@@ -392,6 +391,6 @@ def _objective_spec(cfg: Any, *, method_name: str) -> Any:
     if objective.name not in supported:
         if objective.name == "dro":
             dro = sorted(name for name in methods.METHODS if "dro" in methods.objectives_of(name))
-            raise UnsupportedError(f"method={method_name} does not optimise objective=dro. Use one of: {', '.join(dro)}.")
-        raise UnsupportedError(f"method={method_name} optimises objective=dro only; add objective=dro (docs/dro.md).")
+            raise ConfigError(f"method={method_name} does not optimise objective=dro. Use one of: {', '.join(dro)}.")
+        raise ConfigError(f"method={method_name} optimises objective=dro only; add objective=dro (docs/dro.md).")
     return objective

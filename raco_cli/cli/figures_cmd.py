@@ -69,6 +69,13 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
             NO_RUNS.format(what=f"figure {name}", experiment=experiment, uri=uri, sweep=spec.sweep,
                            smoke=" SMOKE=1" if smoke else "")
         )
+    if spec.kind == "dro_gradnorm":  # Figure 1 plots each run's history, not its final values
+        from raco_cli.figures.dro import HISTORY_KEYS
+        from raco_cli.tracking.mlflow_store import metric_history
+
+        for rec in records:
+            if rec["status"] == "FINISHED":
+                rec["history"] = {key: metric_history(uri, rec["run_id"], key) for key in HISTORY_KEYS}
     points = []
     if spec.published:
         points = [

@@ -278,4 +278,9 @@ def draw(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path, 
         return clipping(records, spec, out_dir)
     if spec.kind == "timing":
         return timing(records, spec, out_dir)
+    if spec.kind in ("dro_table", "dro_mia", "dro_gradnorm"):
+        from raco_cli.figures import dro
+
+        draw_dro = {"dro_table": dro.accuracy_table, "dro_mia": dro.mia_table, "dro_gradnorm": dro.gradnorm_curves}[spec.kind]
+        return draw_dro(records, spec, out_dir)
     raise ValueError(f"unknown figure kind {spec.kind!r}")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tradeoff", "satisfaction", "clipping", "timing"]
+Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "dro_table", "dro_mia", "dro_gradnorm"]
 
 # the constraint value on the x axis, by constraint registry key (summary.json metric names)
 X_METRIC = {"dp": "dp_gap", "eo": "eo_gap", "fnr": "fnr", "fpr": "fpr"}
@@ -95,6 +95,11 @@ FIGURES: dict[str, FigureSpec] = {
                    y="error", series=("eps", "method.dual"), gamma_lines=True),
         FigureSpec("fig9_low_eps", "fig9_low_eps", "tradeoff", "Adult, demographic parity, small eps (Fig. 9)"),
         FigureSpec("table2_timing", "table2_timing", "timing", "Time per step, batch 512 (Table 2)"),
+        # the DP-DRO paper (docs/dro.md): Table 3, Table 2, Figure 1
+        FigureSpec("dro_table3", "dro_table3", "dro_table", "DP-DRO: test accuracy (DP-DRO paper, Table 3)"),
+        FigureSpec("dro_table2_mia", "dro_table2_mia", "dro_mia", "DP-DRO: membership-inference AUC (DP-DRO paper, Table 2)"),
+        FigureSpec("dro_fig1_gradnorm", "dro_table3", "dro_gradnorm", "DP-DRO: |grad F| over training, eps = 1 (DP-DRO paper, Fig. 1)",
+                   where={"eps": (1,)}),
     )
 }
 
@@ -102,4 +107,6 @@ FIGURES: dict[str, FigureSpec] = {
 KNOB = {"dp_fermi": "method.options.lam", "dp_sgd": None, "sgd": None}
 DEFAULT_KNOB = "constraint.gamma"
 METHOD_LABEL = {"raco_dp": "RaCO-DP", "dp_sgd": "DP-SGD", "sgd": "SGD", "sgda": "SGDA (non-private)",
-                "dp_fermi": "DP-FERMI (ours)", "dpse": "DPSE"}  # fmt: skip
+                "dp_fermi": "DP-FERMI (ours)", "dpse": "DPSE", "dp_sgda": "DP-SGDA", "dp_private_diff": "PrivateDiff",
+                "dp_double_spider": "DP Double-SPIDER", "dp_recursive_spider": "DP Recursive-SPIDER",
+                "spider": "SPIDER (non-private)"}  # fmt: skip

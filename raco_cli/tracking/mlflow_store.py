@@ -385,6 +385,12 @@ def run_records(uri: str, experiment: str) -> list[dict[str, Any]]:
     return out
 
 
+def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of every logged value of a run's metric, by step (empty when absent)."""
+    c = client(uri)
+    return sorted((int(m.step), float(m.value)) for m in retrying(c.get_metric_history, run_id, key))
+
+
 def log_report_artifacts(uri: str, experiment: str, paths: list[Path], *, name: str = "figures") -> str:
     """Log figures and tables to the experiment's report run (one per experiment, tagged
     ``raco.role=report``; created on first use, artifacts replaced by later calls)."""
