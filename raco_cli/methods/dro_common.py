@@ -13,7 +13,7 @@ evaluation of the robust objective, and the random-iterate output.
   and the norm of its gradient ``|grad F(x)| = |sum_i p*_i grad l_i(x)|`` (the paper's
   stationarity measure, Definition 4; p* the exact worst case of
   :func:`raco_cli.objectives.dro.worst_case`) and, under ``privacy.scope=paper``, the
-  membership-inference AUCs of :mod:`raco_cli.metrics.membership`.  Under ``scope=model`` only
+  membership-inference AUCs of :mod:`raco_cli.metrics.membership` (train vs validation rows).  Under ``scope=model`` only
   the test split is evaluated this way (the train split's gradient norm is an exact training
   statistic).
 * ``method.selection=random``: the output is the iterate of a step tau drawn uniformly from
@@ -236,8 +236,8 @@ class DroRun:
             ell = nn.functional.cross_entropy(z, y, reduction="none")
             wc = worst_case(ell, self.objective)
             out[split] = {"grad_norm": self._weighted_gradient_norm(idx, wc.weights), "dro_objective": wc.value}
-        if paper:
-            (i_in, z_in), (i_out, z_out) = logits["train"], logits["test"]
+        if paper:  # members: training rows; non-members: validation rows, the same population
+            (i_in, z_in), (i_out, z_out) = logits["train"], self._split_logits("val")
             out["mia"] = membership_inference(z_in.numpy(), self.data.y[i_in], z_out.numpy(), self.data.y[i_out])
         return out
 
