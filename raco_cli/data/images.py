@@ -88,8 +88,9 @@ def last_per_class(y: np.ndarray, rows: np.ndarray, classes: range, keep: int) -
 
 def pool_split(y: np.ndarray, group: np.ndarray, pool: np.ndarray, test: np.ndarray, *, seed: int) -> dict[str, np.ndarray]:
     """train / val (15 % of ``pool``, stratified by label x group) and the given test rows."""
-    from raco_cli.data.tabular import _strata
     from sklearn.model_selection import train_test_split
+
+    from raco_cli.data.tabular import _strata
 
     train, val = train_test_split(pool, test_size=VAL_FRACTION, random_state=seed, stratify=_strata(y[pool], group[pool]))
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}

@@ -43,7 +43,12 @@ from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.membership import membership_inference
 from raco_cli.objectives.dro import worst_case
 from raco_cli.privacy import releases
-from raco_cli.privacy.mechanisms import gaussian_noise, noise_source, poisson_sample, sampling_generator
+from raco_cli.privacy.mechanisms import (
+    gaussian_noise,
+    noise_source,
+    poisson_sample,
+    sampling_generator,
+)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -63,7 +64,7 @@ class LinearRecordEngine:
 
     @property
     def params(self) -> list[nn.Parameter]:
-        return [self.layer.weight, self.layer.bias]
+        return [cast(nn.Parameter, self.layer.weight), cast(nn.Parameter, self.layer.bias)]
 
     def snapshot(self) -> list[torch.Tensor]:
         return [p.detach().clone() for p in self.params]
@@ -154,7 +155,7 @@ class FunctionalRecordEngine:
                 for n in self.names:
                     term = ws.view(-1, *([1] * (g[n].dim() - 1))) * g[n].float()
                     v[n] = term if n not in v else v[n] + term
-            norms = torch.sqrt(sum((v[n].flatten(1) ** 2).sum(dim=1) for n in self.names))
+            norms = torch.sqrt(torch.stack([(v[n].flatten(1) ** 2).sum(dim=1) for n in self.names]).sum(dim=0))
             finite = torch.isfinite(norms)
             factors = clip_factors(norms, clip_norm, finite)
             for acc, n in zip(total, self.names):

@@ -51,7 +51,14 @@ import dp_accounting as dpa
 import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
-from raco_cli.methods.dro_common import DroRun, Release, integer_option, positive_options, refresh_steps
+from raco_cli.methods.dro_common import (
+    DroRun,
+    Release,
+    integer_option,
+    positive_options,
+    refresh_steps,
+)
+from raco_cli.methods.dro_engine import Term
 from raco_cli.objectives.dro import Lagrangian
 
 SGDA_DEFAULTS: dict[str, Any] = {
@@ -207,7 +214,7 @@ def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
             r_new = lag.ascent(r_new, ell, float(dual[0]), _lam(run, dual), o["lr_ratio"])
         ratios[idx] = r_new
         if refresh:  # line 6
-            terms = [(None, r_new)]
+            terms: list[Term] = [(None, r_new)]
             d_rows = lag.dual_terms(r_new)
             rx, rd = (None, None) if rel is None else (rel.x_refresh, rel.dual_refresh)
             clip_x = None if rx is None else rx.clip

@@ -71,7 +71,14 @@ import dp_accounting as dpa
 import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
-from raco_cli.methods.dro_common import DroRun, Release, integer_option, positive_options, refresh_steps
+from raco_cli.methods.dro_common import (
+    DroRun,
+    Release,
+    integer_option,
+    positive_options,
+    refresh_steps,
+)
+from raco_cli.methods.dro_engine import Term
 from raco_cli.objectives.dro import Compositional, DualForm
 
 DOUBLE_DEFAULTS: dict[str, Any] = {
@@ -240,7 +247,7 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
         _, X, y = run.sample(r.refresh if refresh else r.diff, primal=True)
         w_now = form.x_weights(run.losses(X, y), float(dual_next[0]), lam_of(dual_next))
         if refresh:
-            terms = [(None, w_now)]
+            terms: list[Term] = [(None, w_now)]
             release, expected = (rel.x_refresh if rel else None), r.refresh * n
         else:
             w_prev = form.x_weights(run.losses(X, y, x_prev), eta, lam)
@@ -329,7 +336,7 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         # v: mean grad_x g at w_t (lines 5-7, 10-13)
         _, X, y = run.sample(step_rate, primal=True)
         batch_rows = len(y)
-        terms = [(None, comp.x_weights(run.losses(X, y), lam, c))]
+        terms: list[Term] = [(None, comp.x_weights(run.losses(X, y), lam, c))]
         if not refresh:
             terms.append((x_prev, -comp.x_weights(run.losses(X, y, x_prev), lam_prev, c)))
         release = None if rel is None else (rel.v_refresh if refresh else rel.v_diff)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from raco_cli.objectives import DIVERGENCES
+
 MAX_EXPONENT = 60.0  # e^60 ~ 1e26: finite in float32 products, far above any clipping norm
 
 

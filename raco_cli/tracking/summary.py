@@ -78,7 +78,7 @@ REQUIRED_METRICS = (
 
 
 PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
-# "mia": membership-inference AUCs of train vs test rows (methods/dro_common.py): exact
+# "mia": membership-inference AUCs of training vs validation rows (scope=paper only) (methods/dro_common.py): exact
 _SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE, "mia": EXACT}
 STATUS: dict[str, Any] = {
     **dict.fromkeys(

@@ -30,7 +30,7 @@ def test_dro_methods_run_end_to_end(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     summaries = {json.loads(p.read_text())["method"]: json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/summary.json")}
     assert set(summaries) == set(names)
-    for name, s in summaries.items():
+    for s in summaries.values():
         test = s["metrics"]["test"]
         assert np.isfinite(test["grad_norm"]) and np.isfinite(test["dro_objective"]) and "worst_group_accuracy" in test
         if s["private"]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from raco_cli import data
-from raco_cli.data import cifar10, digits, image_fixtures, imbalance, images, mnist, sources
+from raco_cli.data import cifar10, digits, image_fixtures, images, imbalance, mnist, sources
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
 

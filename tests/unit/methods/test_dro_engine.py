@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from raco_cli import models
-from raco_cli.methods.dro_engine import FunctionalRecordEngine, LinearRecordEngine, clip_rows, record_engine
+from raco_cli.methods.dro_engine import (
+    FunctionalRecordEngine,
+    LinearRecordEngine,
+    clip_rows,
+    record_engine,
+)
 
 
 def reference(model, X, y, terms, clip):

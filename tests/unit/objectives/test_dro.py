@@ -9,7 +9,14 @@ import torch
 
 from raco_cli.errors import ConfigError
 from raco_cli.objectives import ObjectiveSpec, objective_spec
-from raco_cli.objectives.dro import Compositional, DualForm, Lagrangian, divergence_of, kl_to_uniform, worst_case
+from raco_cli.objectives.dro import (
+    Compositional,
+    DualForm,
+    Lagrangian,
+    divergence_of,
+    kl_to_uniform,
+    worst_case,
+)
 
 SPECS = [
     ObjectiveSpec("dro", divergence="chi2", lam=0.7),
@@ -115,7 +122,7 @@ def test_gradient_of_F_is_the_worst_case_weighted_gradient():
     X, y = torch.randn(30, 3, generator=g, dtype=torch.float64), torch.randint(0, 2, (30,), generator=g)
     W = torch.randn(2, 3, generator=g, dtype=torch.float64)
     for spec in SPECS:
-        def F(w):
+        def F(w, spec=spec):
             return worst_case(torch.nn.functional.cross_entropy(X @ w.t(), y, reduction="none"), spec).value
 
         Wr = W.clone().requires_grad_(True)
