@@ -32,11 +32,11 @@ install: $(STAMP) ## create .venv and install raco (torch pinned to the local CP
 train: $(STAMP) ## the main job: raco train dataset=adult constraint=dp eps=1 (ARGS=... adds overrides)
 	$(RACO) train dataset=adult constraint=dp eps=1 $(ARGS)
 
-test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
-	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu" -n 2 -q
+test: $(STAMP) ## fast tests + doctests (not slow, not gpu, not slurm)
+	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu and not slurm" -n 2 -q
 
 test-slow: $(STAMP) ## slow tests only (minutes)
-	$(PYTEST) -m "slow and not gpu" -q
+	$(PYTEST) -m "slow and not gpu and not slurm" -q
 
 test-trust: $(STAMP) ## trust suite incl. slow: audit, bad input, data/process/numerical faults, concurrency
 	$(PYTEST) -q -p no:cacheprovider tests/unit/audit tests/config/test_bad_input.py tests/unit/data/test_data_faults.py \
@@ -47,6 +47,9 @@ audit: $(STAMP) ## privacy audit of RaCO-DP on Adult: make audit ARGS="eps=4 aud
 
 test-gpu: $(STAMP) ## GPU tests (skipped without CUDA)
 	$(PYTEST) -m gpu -q
+
+test-slurm: $(STAMP) ## SLURM launcher against a one-node cluster it starts on localhost (root: installs slurm-wlm, munge)
+	bash tests/slurm/cluster.sh $(PYTEST) -m slurm -q -p no:cacheprovider tests/slurm
 
 test-all: $(STAMP) ## every test
 	$(PYTEST) -q
@@ -84,4 +87,4 @@ ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba figures ui clean-outputs
+.PHONY: help install train test test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba figures ui clean-outputs

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -260,13 +261,25 @@ class RacoSweeper(Sweeper):
         initial_job_idx, failed = 0, 0
         for start in range(0, len(jobs_to_run), size):
             batch = jobs_to_run[start : start + size]
-            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            results = self._launch(batch, initial_job_idx)
             # a failed job returns None (raco train records it FAILED in MLflow and goes on)
             failed += sum(1 for r in results if r.status != JobStatus.COMPLETED or r.return_value is None)
             initial_job_idx += len(batch)
             returns.append(results)
         LAST_SWEEP.update(jobs=len(jobs_to_run), failed=failed, skipped=skipped)
         return returns
+
+    def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Any:
+        """Launch a batch of jobs.  A launcher's user error (e.g. SLURM refusing the requested
+        memory, cli/slurm.py) ends the command as any raco error does: its one line on stderr,
+        exit code 2, not Hydra's report of an exception."""
+        from raco_cli.errors import RacoError
+
+        try:
+            return self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+        except RacoError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 # Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.

@@ -179,6 +179,22 @@ def process_identity() -> dict[str, str]:
     }
 
 
+# "host pid start" of the process that launched a sweep, exported to its jobs by launchers
+# whose jobs are separate processes (cli/slurm.py): the sweep's parent run carries it, so the
+# parent is not stale while the sweep waits for its jobs, even once the job that created it ended
+SWEEP_PROCESS_ENV = "RACO_SWEEP_PROCESS"
+
+
+def sweep_process_identity() -> dict[str, str]:
+    """Tags identifying the process that launched the current sweep (this process when no
+    launcher exported one)."""
+    identity = process_identity()
+    fields = os.environ.get(SWEEP_PROCESS_ENV, "").split()
+    if len(fields) == 3 and fields[1].isdigit():
+        identity.update({"raco.host": fields[0], "raco.pid": fields[1], "raco.pid_start": fields[2]})
+    return identity
+
+
 def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
     """Why a RUNNING run is stale (its process is gone), or None when it may still be alive.
 
@@ -251,6 +267,16 @@ def close_sweep(uri: str, sweep_dir: Path) -> None:
     retrying(c.set_terminated, parent, status="FINISHED" if ok else "FAILED")
 
 
+def fail_run(uri: str, run_id: str, error: str) -> None:
+    """Mark a RUNNING run whose process is gone (e.g. a SLURM task cancelled or killed) FAILED,
+    with the reason in ``raco.error``; a run that already ended keeps its status."""
+    c = client(uri)
+    if retrying(c.get_run, run_id).info.status != "RUNNING":
+        return
+    retrying(c.set_tag, run_id, "raco.error", error[:5000])
+    retrying(c.set_terminated, run_id, status="FAILED")
+
+
 class RunRecorder:
     """One MLflow run; also the :class:`Reporter` a method reports evaluations to."""
 
@@ -274,7 +300,7 @@ class RunRecorder:
         if parent_sweep_dir is not None:
             parent = sweep_parent(
                 self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}",
-                tags=process_identity(),
+                tags=sweep_process_identity(),
             )
             tags["mlflow.parentRunId"] = parent
         run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
