@@ -186,6 +186,18 @@ def _fallback_watcher_class() -> type:
     return AccountingFallbackWatcher
 
 
+def raised(message: str) -> str:
+    """The exception line (``Type: message``) of the trace in a submitit FailedJobError.
+
+    >>> raised("Job (task=0) failed during processing with trace:\\n" + "-" * 22 + "\\nTraceback ...\\n"
+    ...        "  File x\\nKeyError: 'seed'\\n" + "-" * 22 + "\\nYou can check full logs")
+    "KeyError: 'seed'"
+    """
+    parts = message.split("-" * 22)
+    lines = [line.strip() for line in (parts[1] if len(parts) > 2 else message).splitlines() if line.strip()]
+    return lines[-1] if lines else "an error"
+
+
 class LostJobError(RuntimeError):
     """A SLURM task ended without a result (cancelled, out of time or memory, node failure)."""
 
@@ -255,17 +267,20 @@ class RacoSlurmLauncher(SlurmLauncher):
         return watcher
 
     def _job_return(self, job: Any, overrides: list[str], idx: int) -> Any:
+        """The task's JobReturn; a task without one (the scheduler ended it, or its process
+        raised outside raco's job handler) is a FAILED JobReturn, printed and recorded."""
         from hydra.core.utils import JobReturn, JobStatus
-        from submitit.core.utils import UncompletedJobError
+        from submitit.core.utils import FailedJobError, UncompletedJobError
 
         try:
             return job.results()[0]
+        except FailedJobError as exc:  # the task's process raised: its traceback is in the log
+            error = LostJobError(f"SLURM task {job.job_id} raised {raised(str(exc))}; its log: {job.paths.stderr}")
         except UncompletedJobError:
-            pass
-        error = LostJobError(
-            f"SLURM task {job.job_id} ended {job.watcher.get_state(job.job_id, mode='cache')} without a result "
-            f"(cancelled, out of time or memory, or its node failed); its log: {job.paths.stderr}"
-        )
+            error = LostJobError(
+                f"SLURM task {job.job_id} ended {job.watcher.get_state(job.job_id, mode='cache')} without a result "
+                f"(cancelled, out of time or memory, or its node failed); its log: {job.paths.stderr}"
+            )
         print(f"error: job {idx} ({' '.join(overrides)}): {error}", file=sys.stderr)
         try:
             self._record_lost(overrides, idx, error)

@@ -40,6 +40,8 @@ stop() {
   if [ "$status" -eq 0 ]; then rm -rf "$dir"; else echo "test-slurm: daemon logs kept in $dir" >&2; fi
 }
 trap stop EXIT
+trap "exit 130" INT
+trap "exit 143" TERM HUP
 
 host=$(hostname -s)
 read -r ctld_port slurmd_port < <(python3 -c '

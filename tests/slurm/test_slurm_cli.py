@@ -105,11 +105,12 @@ def test_scancel_of_a_running_task_then_the_same_command_runs_only_what_is_missi
         deadline = time.monotonic() + 600
         task0 = None
         while time.monotonic() < deadline and proc.poll() is None and task0 is None:
-            # the task's MLflow run exists: it is training
-            if list(tmp_path.glob("outputs/multiruns/*/*/0/.mlflow_run_id")):
+            # both tasks' MLflow runs exist: they are training (so no later task reaps the
+            # cancelled run as stale first: the launcher itself records it FAILED)
+            if len(list(tmp_path.glob("outputs/multiruns/*/*/*/.mlflow_run_id"))) == 2:
                 task0 = next(p.name for p in tmp_path.glob("outputs/multiruns/*/*/.submitit/*_0"))
             time.sleep(0.5)
-        assert task0 is not None, "task 0 never started training"
+        assert task0 is not None, "the tasks never started training"
         subprocess.run(["scancel", task0], check=True, timeout=60)
         out, err = proc.communicate(timeout=900)
     finally:
@@ -122,6 +123,8 @@ def test_scancel_of_a_running_task_then_the_same_command_runs_only_what_is_missi
     assert err.strip().splitlines()[-1].startswith("error: 1 of 2 sweep jobs failed")
     jobs, parents = runs(db)
     assert {r.data.params["seed"]: r.info.status for r in jobs} == {"0": "FAILED", "1": "FINISHED"}
+    failed = next(r for r in jobs if r.info.status == "FAILED")
+    assert failed.data.tags["raco.error"].startswith(f"LostJobError: SLURM task {task0} ended CANCELLED without a result")
     assert len(parents) == 1 and parents[0].info.status == "FAILED"
 
     res = raco(*args, cwd=tmp_path)
