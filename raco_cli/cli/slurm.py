@@ -22,6 +22,7 @@ hydra-submitit-launcher submits a sweep as one job array and waits for every tas
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import subprocess
@@ -93,7 +94,7 @@ def refusal(stderr: str, params: Mapping[str, Any], partitions: str = "") -> Con
     where = f"Partitions: {partitions}. " if partitions else "See the partitions with: sinfo -o '%P %c %m %G'. "
     if keys:
         fix = f"Change {' or '.join(f'hydra.launcher.{k}' for k in keys)} to fit them"
-        fix += " (null: the cluster's default partition)." if "partition" in keys else "."
+        fix += " (null: the cluster's default partition)." if "partition" in keys else " (mem_gb is in GB)." if "mem_gb" in keys else "."
     else:
         fix = "Check the hydra.launcher.* settings of conf/hydra/launcher/slurm.yaml against them."
     return ConfigError(f"SLURM refused the sweep's jobs (sbatch: {reason})" + (f": {', '.join(shown)}. " if shown else ". ")
@@ -120,7 +121,9 @@ def squeue_states(output: str) -> dict[str, dict[str, str]]:
 GONE = "ENDED (no longer listed by squeue)"
 
 
+@functools.cache
 def _fallback_watcher_class() -> type:
+    """:class:`AccountingFallbackWatcher`, defined on first use (submitit is imported lazily)."""
     from submitit.slurm.slurm import SlurmInfoWatcher
 
     class AccountingFallbackWatcher(SlurmInfoWatcher):

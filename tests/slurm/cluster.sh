@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+export PATH="$PATH:/usr/sbin:/sbin"  # the daemons live in sbin, often not on a user's PATH
 skip() { echo "test-slurm: SKIPPED: $*"; exit 0; }
 
 missing=()

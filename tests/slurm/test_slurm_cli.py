@@ -31,7 +31,14 @@ def _cluster_answers() -> str | None:
     return None
 
 
-_WHY_NOT = _cluster_answers()
+def _parkinsons_missing() -> str | None:
+    roots = [os.environ.get("RACO_DATA_MIRROR", ""), str(Path(__file__).resolve().parents[2] / "datasets")]
+    if any((Path(r) / "parkinsons" / f"parkinsons_updrs.data{gz}").exists() for r in roots if r for gz in ("", ".gz")):
+        return None
+    return "needs the Parkinsons file (RACO_DATA_MIRROR, or make data DATASET=parkinsons)"
+
+
+_WHY_NOT = _cluster_answers() or _parkinsons_missing()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_WHY_NOT is not None, reason=_WHY_NOT or "")]
 
 # one CPU and 1 GB per task: two tasks run at once on the 2-CPU test node
