@@ -218,6 +218,8 @@ class RacoSlurmLauncher(SlurmLauncher):
         from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
         from omegaconf import OmegaConf
 
+        from raco_cli.tracking.mlflow_store import SWEEP_PROCESS_ENV, process_identity
+
         assert self.config is not None and len(job_overrides) > 0
         # executor, parameters and job arguments exactly as hydra-submitit-launcher 1.2 builds them
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
@@ -227,8 +229,6 @@ class RacoSlurmLauncher(SlurmLauncher):
             k if k in base_keys else f"{self._EXECUTOR}_{k}": v
             for k, v in self.params.items() if k not in ("submitit_folder", "max_num_timeout")
         })  # fmt: skip
-        from raco_cli.tracking.mlflow_store import SWEEP_PROCESS_ENV, process_identity
-
         ident = process_identity()  # exported to the tasks: the sweep parent run belongs to this process
         os.environ[SWEEP_PROCESS_ENV] = " ".join(ident[k] for k in ("raco.host", "raco.pid", "raco.pid_start"))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
