@@ -16,6 +16,27 @@ import pytest
 from raco_cli.cli import slurm
 from raco_cli.errors import ConfigError
 
+
+def _import_submitit_without_its_logging_config() -> None:
+    """submitit runs ``logging.config.dictConfig`` when first imported: it clears every logging
+    handler and binds new ones to the streams of that moment, which inside pytest's output
+    capture broke the capture of later tests in the same xdist worker.  These tests need none
+    of its handlers (``SUBMITIT_LOG_LEVEL=NOCONFIG`` skips the configuration)."""
+    import importlib
+
+    saved = os.environ.get("SUBMITIT_LOG_LEVEL")
+    os.environ["SUBMITIT_LOG_LEVEL"] = "NOCONFIG"
+    try:
+        importlib.import_module("submitit")
+    finally:
+        if saved is None:
+            del os.environ["SUBMITIT_LOG_LEVEL"]
+        else:
+            os.environ["SUBMITIT_LOG_LEVEL"] = saved
+
+
+_import_submitit_without_its_logging_config()
+
 # sbatch's stderr on a one-node cluster (slurm-wlm 22.05), verbatim
 MEMORY = ("sbatch: error: Memory specification can not be satisfied\n"
           "sbatch: error: Batch job submission failed: Requested node configuration is not available")
