@@ -404,7 +404,8 @@ def run(
     # noise generator lives on the training device, where the noise is added.
     g_sample = sampling_generator(seeds.sampling, secure=spec.secure_rng)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
-    # optional release hook (raco audit, debugging): sees every noisy release as it happens
+    # optional release hook (raco audit, tests): sees every noisy release as it happens,
+    # ``on_release(step, kind, value)`` with kind "histogram" (Q, K) or "gradient" (per parameter)
     on_release = getattr(reporter, "on_release", None)
     independent = constrained and spec.sampling == "independent"
     clip = spec.clip_norm  # private runs always clip; non-private ones only when asked (Fig. 8a)
@@ -475,6 +476,8 @@ def run(
             grads = releases.release(
                 "gradient", lambda sums=grads: [g + gaussian_noise(tuple(g.shape), noise_std, g_noise, dtype=g.dtype) for g in sums]  # type: ignore[misc]
             )
+            if on_release is not None:  # the noisy sum, before the update (raco audit's gradient canaries)
+                on_release(t, "gradient", grads)
         optimizer.step(grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13: projected dual ascent
             lam = project_dual(lam + spec.lr_dual * g_dual, spec.lambda_max)
