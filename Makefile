@@ -10,6 +10,7 @@ RACO    := $(BIN)/raco
 STAMP   := $(VENV)/.installed
 TORCH_PIN := torch==2.13.0
 DATASET ?= adult
+MUTANT_JOBS ?= 2
 ARGS    ?=
 
 # Offline mirror of the datasets: $RACO_DATA_MIRROR, else ../shared/datasets beside the checkout,
@@ -34,6 +35,9 @@ train: $(STAMP) ## the main job: raco train dataset=adult constraint=dp eps=1 (A
 
 test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
 	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu" -n 2 -q
+
+test-mutants: $(STAMP) ## privacy mutation suite: plant each bug of tests/mutants/ in a scratch copy, run the tests that must catch it
+	$(BIN)/python tests/mutants/run.py --jobs $(MUTANT_JOBS) $(ARGS)
 
 test-slow: $(STAMP) ## slow tests only (minutes)
 	$(PYTEST) -m "slow and not gpu" -q
@@ -84,4 +88,4 @@ ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba figures ui clean-outputs
+.PHONY: help install train test test-mutants test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba figures ui clean-outputs

@@ -79,7 +79,8 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
     raco_dp: T x [Lap(b) on a sample, Gauss(sigma) on another] (independent sampling) or the
     shared step; dp_sgd: T x Gauss(sigma); dp_fermi: the noisy counts then T x one sample
     feeding two Gaussians (one Gaussian of sigma = (sigma_theta^-2 + sigma_W^-2)^-1/2);
-    plus the DP standardisation (a Gaussian) and the private selection (pure eps_sel-DP).
+    dpse: one Gaussian (module docstring of raco_cli.methods.dpse); plus the DP standardisation
+    (a Gaussian) and the private selection (pure eps_sel-DP).
     """
     hp, T, q = summary["hyperparameters"], int(summary["steps"]), float(summary["sample_rate"])
     method = summary["method"]
@@ -97,6 +98,11 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
         o = hp["options"]
         sigma = (hp["noise_multiplier"] ** -2 + o["noise_multiplier_w"] ** -2) ** -0.5
         run = _gaussian(sigma, q).self_compose(T).compose(_gaussian(o["count_noise_multiplier"]))
+    elif method == "dpse":
+        # full batch, all Gaussian: the counts, and stage 1 + stage 2 whose zCDP shares add up to
+        # rho = 1 / (2 sigma_run^2) for the worst-case group; Gaussians compose by 1/sigma^2
+        o = hp["options"]
+        run = _gaussian((o.get("count_noise_multiplier", 100.0) ** -2 + hp["noise_multiplier"] ** -2) ** -0.5)
     else:
         raise ValueError(f"no independent composition for method {method}")
     if hp.get("preprocessing_noise", 0.0) > 0:
