@@ -37,7 +37,7 @@ test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
 	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu" -n 2 -q
 
 test-mutants: $(STAMP) ## privacy mutation suite: plant each bug of tests/mutants/ in a scratch copy, run the tests that must catch it
-	$(BIN)/python tests/mutants/run.py --jobs $(MUTANT_JOBS) $(ARGS)
+	$(BIN)/python tests/mutants/mutate.py --jobs $(MUTANT_JOBS) $(ARGS)
 
 test-slow: $(STAMP) ## slow tests only (minutes)
 	$(PYTEST) -m "slow and not gpu" -q

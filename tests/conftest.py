@@ -43,7 +43,7 @@ def missing_data(message: str) -> None:
     pytest.skip(message)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dataset_present(name: str) -> bool:
     """Every file of the dataset is found where its loader looks (datasets/<name>/ or the mirror)."""
     from raco_cli.data import registry, sources

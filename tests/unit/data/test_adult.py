@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest

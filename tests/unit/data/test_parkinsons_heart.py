@@ -14,7 +14,6 @@ from raco_cli import data
 from raco_cli.data import heart, parkinsons
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
-
 DATA_DIR = Path(__file__).resolve().parents[3] / "datasets"
 
 

@@ -22,7 +22,7 @@ pass on the unmutated copy and none may be deselected as slow.  Outcomes:
 
 The last line is ``mutants killed: K of N``; the exit code is 0 only when every mutant is killed.
 
-Usage: ``python tests/mutants/run.py [--jobs N] [--keep] [--list] [name ...]``.
+Usage: ``python tests/mutants/mutate.py [--jobs N] [--keep] [--list] [name ...]``.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def apply(mutant: Mutant, tree: Path) -> str | None:
     return None
 
 
-def copy_tree(dest: Path) -> Path:
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(*IGNORE))
+def copy_tree(dest: Path, source: Path = ROOT) -> Path:
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*IGNORE))
     return dest
 
 
@@ -187,9 +187,11 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
-def run_one(mutant: Mutant, scratch: Path) -> Outcome:
+def run_one(mutant: Mutant, scratch: Path, base: Path) -> Outcome:
+    """Copy the unmutated snapshot ``base`` (taken once, so edits to the worktree during a run
+    do not leak in), apply the mutant, run its tests."""
     t0 = time.perf_counter()
-    tree = copy_tree(scratch / mutant.name)
+    tree = copy_tree(scratch / mutant.name, base)
     reason = apply(mutant, tree)
     if reason is not None:
         return Outcome(mutant, "not applied", reason, time.perf_counter() - t0)
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"             {detail}", flush=True)
 
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for outcome in pool.map(lambda m: run_one(m, scratch), mutants):
+            for outcome in pool.map(lambda m: run_one(m, scratch, base), mutants):
                 report(outcome)
                 outcomes.append(outcome)
     finally:
