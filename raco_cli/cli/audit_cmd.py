@@ -114,7 +114,9 @@ def format_result(result, out: Path) -> str:  # noqa: ANN001
         )
     if "mean_canary_contribution_over_c" in conf:
         lines.append(f"  canary gradients     {conf['gradient_releases']} releases scored; mean clipped contribution "
-                     f"{conf['mean_canary_contribution_over_c']:.4f} x C along the canary's direction")
+                     f"{conf['mean_canary_contribution_over_c']:.4f} x C along the canary's direction; noise multiplier "
+                     f"measured {conf['measured_noise_multiplier']:.3f} (claimed {conf['claimed_noise_multiplier']:g})"
+                     + ("" if conf["ok"] else "  PROBLEMS: " + "; ".join(conf["problems"])))
     verdict = (
         "VIOLATION: the empirical lower bound exceeds the accounted eps"
         if r.violation
