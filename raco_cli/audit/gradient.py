@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -160,7 +160,7 @@ def run_gradient_audit(prep, audit):  # noqa: ANN001, ANN201
 
     from raco_cli import models
     from raco_cli.audit.faults import gradient_mechanism
-    from raco_cli.audit.one_run import AuditResult, one_run_tests
+    from raco_cli.audit.one_run import build_result
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant, events
 
@@ -195,33 +195,10 @@ def run_gradient_audit(prep, audit):  # noqa: ANN001, ANN201
     with gradient_mechanism(audit.mechanism, clip_norm=clip, expected_batch=q * n_train):
         prep.method.fit(data, model, cons, spec, steps=steps, seeds=prep.seeds, device=prep.device, reporter=scorer)
 
-    included = S == 1
-    tests, best = one_run_tests({k: v.numpy() for k, v in scorer.scores.items()}, included, q=q, steps=steps,
-                                delta=prep.spec.delta, beta=audit.beta, rng=rng_ties)  # fmt: skip
-    best_lb = float(best["eps_lower_bound"])
-    return AuditResult(
-        eps_lower_bound=best_lb,
-        confidence=1 - audit.beta,
-        eps_accounted=eps_acc,
-        eps_accounted_histogram=None,
-        eps_target=prep.spec.eps,
-        delta=prep.spec.delta,
-        violation=best_lb > eps_acc,
-        mechanism=audit.mechanism,
-        canaries=m,
-        included=int(included.sum()),
-        steps=steps,
-        sample_rate=q,
+    return build_result(
+        prep, audit, spec, S=S, scores={k: v.numpy() for k, v in scorer.scores.items()}, rng=rng_ties, q=q, event=event,
+        eps_accounted=eps_acc, eps_released=eps_grad, eps_histogram=None,
         hist_noise_multiplier=spec.hist_noise_multiplier if prep.constrained and method == "raco_dp" else None,
-        best=best,
-        tests=tests,
         conformance=_conformance(scorer, sigma),
-        seeds={"audit": audit.seed, "run": prep.spec.seed, "sampling": prep.seeds.sampling,
-               "noise": None if spec.secure_rng else prep.seeds.noise},
-        event=str(event),
-        settings={**asdict(audit), "bonferroni_tests": len(tests), "gradient_releases": scorer.releases,
-                  "method": method, "dataset": prep.spec.dataset.name, "constraint": prep.spec.constraint.name,
-                  "sampling": spec.sampling, "noise_multiplier": sigma, "clip_norm": clip, "dirac_value": value},
-        target="gradient",
-        eps_accounted_released=eps_grad,
+        settings={"gradient_releases": scorer.releases, "noise_multiplier": sigma, "clip_norm": clip, "dirac_value": value},
     )

@@ -319,33 +319,44 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     with histogram_mechanism(audit.mechanism):
         prep.method.fit(data, model, cons, spec, steps=steps, seeds=prep.seeds, device=prep.device, reporter=scorer)
 
+    return build_result(
+        prep, audit, spec, S=S, scores={name: scorer.scores[name].numpy() for name in SCORES}, rng=rng_ties, q=q,
+        event=event, eps_accounted=eps_acc, eps_released=eps_hist, eps_histogram=eps_hist, hist_noise_multiplier=b,
+        conformance=scorer.conformance(b), settings={"histogram_releases": scorer.releases},
+    )
+
+
+def build_result(prep, audit: AuditSpec, spec, *, S: np.ndarray, scores: dict[str, np.ndarray], rng: np.random.Generator,  # noqa: ANN001
+                 q: float, event, eps_accounted: float, eps_released: float, eps_histogram: float | None,  # noqa: ANN001
+                 hist_noise_multiplier: float | None, conformance: dict[str, Any], settings: dict[str, Any]) -> AuditResult:
+    """The tests of :func:`one_run_tests` on the scores of a finished audit run, as an :class:`AuditResult`
+    (``spec``: the audited run's method spec; ``settings``: target-specific entries)."""
     included = S == 1
-    tests, best = one_run_tests({name: scorer.scores[name].numpy() for name in SCORES}, included, q=q, steps=steps,
-                                delta=prep.spec.delta, beta=audit.beta, rng=rng_ties)  # fmt: skip
+    tests, best = one_run_tests(scores, included, q=q, steps=prep.plan.steps, delta=prep.spec.delta, beta=audit.beta, rng=rng)
     best_lb = float(best["eps_lower_bound"])
     return AuditResult(
         eps_lower_bound=best_lb,
         confidence=1 - audit.beta,
-        eps_accounted=eps_acc,
-        eps_accounted_histogram=eps_hist,
+        eps_accounted=eps_accounted,
+        eps_accounted_histogram=eps_histogram,
         eps_target=prep.spec.eps,
         delta=prep.spec.delta,
-        violation=best_lb > eps_acc,
+        violation=best_lb > eps_accounted,
         mechanism=audit.mechanism,
-        canaries=m,
+        canaries=audit.canaries,
         included=int(included.sum()),
-        steps=steps,
+        steps=prep.plan.steps,
         sample_rate=q,
-        hist_noise_multiplier=b,
+        hist_noise_multiplier=hist_noise_multiplier,
         best=best,
         tests=tests,
-        conformance=scorer.conformance(b),
+        conformance=conformance,
         seeds={"audit": audit.seed, "run": prep.spec.seed, "sampling": prep.seeds.sampling,
                "noise": None if spec.secure_rng else prep.seeds.noise},
         event=str(event),
-        settings={**asdict(audit), "bonferroni_tests": len(tests), "histogram_releases": scorer.releases,
-                  "method": prep.spec.method.name, "dataset": prep.spec.dataset.name,
-                  "constraint": prep.spec.constraint.name, "sampling": spec.sampling},
-        target="histogram",
-        eps_accounted_released=eps_hist,
+        settings={**asdict(audit), "bonferroni_tests": len(tests), "method": prep.spec.method.name,
+                  "dataset": prep.spec.dataset.name, "constraint": prep.spec.constraint.name, "sampling": spec.sampling,
+                  **settings},
+        target=audit.target,
+        eps_accounted_released=eps_released,
     )

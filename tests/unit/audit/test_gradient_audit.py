@@ -38,6 +38,7 @@ def test_a_dirac_canary_gradient_fills_its_own_column_only(synthetic):
     assert list(aug.splits["train"][-3:]) == [n, n + 1, n + 2] and list(aug.group[n:]) == [2, 4, 5]
     assert np.array_equal(aug.X[n:], Xc[[0, 2, 3]])
     layer = nn.Linear(d + 10, 2)
+    nn.init.zeros_(layer.weight), nn.init.zeros_(layer.bias)  # p = (1/2, 1/2): |p - e_y| * DIRAC >> C
     X = torch.as_tensor(Xc[[0, 2]])
     res = LinearEngine(layer).clipped_sum(X[:1], torch.tensor([1]), reg_scale=0.0, temperature=1.0, clip_norm=2.0)
     weight, bias = res.grads
