@@ -33,7 +33,6 @@ from contextlib import contextmanager
 
 HISTOGRAM_MECHANISMS: tuple[str, ...] = ("correct", "broken_no_noise", "broken_shared_class_noise")
 GRADIENT_MECHANISMS: tuple[str, ...] = ("correct", "broken_noise_sigma", "broken_clip_after_sum")
-MECHANISMS: tuple[str, ...] = (*HISTOGRAM_MECHANISMS, *GRADIENT_MECHANISMS[1:])
 
 
 @contextmanager

@@ -9,9 +9,9 @@ audits the noisy clipped gradient sum of ``raco_dp`` and ``dp_sgd`` (logistic re
    ``audit.label``, a group (histogram cell) of its own; it is included iff ``S_i = +1``
    (uniform signs from the audit's seed).  A canary's per-sample gradient then lives in
    weight column ``d + i`` (plus a bias part ``1/DIRAC`` as large) and no other record
-   touches that column: its clipped contribution is ``C * u_i`` up to 1e-4, with
-   ``u_i = (p_i - e_y) / |p_i - e_y|`` known to the auditor from the current parameters
-   (white box).  Its cell carries no constraint weight, so the regularizer leaves it alone.
+   touches that column: its clipped contribution is ``C * u_i`` (up to 1e-4) as long as
+   ``|p_i - e_y| * value >= C``, with ``u_i = (p_i - e_y) / |p_i - e_y|`` known to the
+   auditor from the current parameters (white box).  Its cell carries no constraint weight, so the regularizer leaves it alone.
 2. One ordinary training run of the audited configuration on the augmented data; the release
    hook (``on_release(step, "gradient", G)``) sees every noisy gradient sum before the update.
 3. Scores per canary, streamed over steps (post-processing of the releases), with
@@ -52,7 +52,7 @@ from raco_cli.errors import ConfigError, UnsupportedError
 log = logging.getLogger(__name__)
 
 SCORES = ("sum", "llr", "llr_fit")
-DIRAC = 100.0  # canary feature value: its gradient norm ~ |p - e_y| * 100 >> C, always clipped
+DIRAC = 100.0  # canary feature value: gradient norm |p - e_y| * 100, clipped unless p is near e_y
 METHODS = ("raco_dp", "dp_sgd")
 
 
@@ -96,7 +96,7 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
 
 
 class _GradientScores:
-    """Release hook: streams the two scores per canary from the noisy gradient sums."""
+    """Release hook: streams the scores per canary from the noisy gradient sums."""
 
     def __init__(self, *, d: int, m: int, Xc, model, label: int, q: float, sigma: float, clip: float, value: float) -> None:  # noqa: ANN001
         import torch
