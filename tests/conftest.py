@@ -103,6 +103,18 @@ def mirror_dir(request):
     return folder
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tests that repeat many tiny runs: one torch thread (a pool of threads on tensors of a few
+    hundred entries only waits for itself, and much longer on a loaded machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def synthetic():
     """A generated dataset with a known group disparity (fast)."""

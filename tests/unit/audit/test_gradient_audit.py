@@ -18,6 +18,8 @@ from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
 from raco_cli.methods.gradients import LinearEngine
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 # C = 10: the "noise std sigma instead of sigma C" bug is a no-op at C = 1 and grows with C
 BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "method.clip_norm=10", "tracking=none"]
 

@@ -26,6 +26,7 @@ from raco_cli.methods import dp_fermi, dp_sgd, dpse, raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.privacy import events, releases
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RUNS = 80
 
 
