@@ -282,8 +282,13 @@ class Checkpoints:
                 raise ValueError("scope=model with selection=best_feasible needs selection_eps > 0")
             self.noisy_max = NoisyArgmax(spec.selection_eps, noise_source(selection_seed, "cpu", secure=spec.secure_rng))
 
-    def record(self, step: int, lam: list[float], *, window: tuple[Any, int] | None = None) -> EvalRecord:
+    def record(
+        self, step: int, lam: list[float], *, window: tuple[Any, int] | None = None, metrics: dict[str, Any] | None = None
+    ) -> EvalRecord:
         """Evaluate and keep a candidate.
+
+        ``metrics``: the evaluation, when the caller computed it (batched training evaluates
+        every run of a group at once); by default the model is evaluated here.
 
         ``window`` (scope=model): the sum over the steps since the previous evaluation of the
         noisy dual gradients ``Gamma_post(H) - gamma`` (J,) and their number (None when the
@@ -293,7 +298,8 @@ class Checkpoints:
         the dual dynamics, so a window centred on the checkpoint estimates its rates better
         than the histograms of earlier parameters alone; all of it is post-processing.
         """
-        metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
+        if metrics is None:
+            metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
         index = len(self.history)
         if self.model_scope:
             if self._pending is not None:  # its window after is this one's window before
