@@ -122,12 +122,13 @@ class GroupRows:
     ``norm`` is ``sqrt(|x|^2 + 1)`` (the row norm of the closed-form linear gradient), or, when
     the runs standardise the first m columns each their own way, ``|x[m:]|^2`` (each run adds
     its own standardised part).  Rows with a non-finite feature are neutralised as
-    :class:`raco_cli.methods.core.Rows` does: zero features, infinite norm, no cell.
+    :class:`raco_cli.methods.core.Rows` does: zero features, infinite norm, no cell (unless
+    ``neutralise_cells`` is false).
     """
 
     def __init__(
         self, data: TabularData, idx: np.ndarray, cells: np.ndarray, scalings: Sequence[tuple[np.ndarray, np.ndarray] | None],
-        device: torch.device, *, n_cells: int,
+        device: torch.device, *, n_cells: int, neutralise_cells: bool = True,
     ) -> None:
         n = len(idx)
         X = torch.as_tensor(np.asarray(data.X[idx]).reshape(n, -1), dtype=torch.float32, device=device)
@@ -143,7 +144,9 @@ class GroupRows:
         norm = torch.where(bad, torch.full_like(sq, float("inf")), sq if m else torch.sqrt(sq + 1.0))
         y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
         onehot = nn.functional.one_hot(y, data.n_classes).float()
-        cellhot = nn.functional.one_hot(torch.as_tensor(cells, dtype=torch.long, device=device), n_cells).float() * ~bad if n_cells else X[:, :0]
+        cellhot = nn.functional.one_hot(torch.as_tensor(cells, dtype=torch.long, device=device), n_cells).float() if n_cells else X[:, :0]
+        if neutralise_cells:  # (DP-FERMI keeps the group of such a row, as its one-run loop does)
+            cellhot = cellhot * ~bad
         packed = torch.cat([X, onehot, norm, cellhot], dim=1)
         self.packed = torch.cat([packed, torch.zeros_like(packed[:1])])  # the pad row, index n
         self._np = self.packed.numpy() if self.packed.device.type == "cpu" else None
@@ -164,6 +167,7 @@ class GroupRows:
         norm = P[..., d + K]
         if m:  # each run's standardisation of its rows (as dp_standardize writes them)
             num = torch.from_numpy(standardize_columns(P[..., :m].cpu().numpy(), self.mean, self.std)).to(P.device)
+            num = torch.where(torch.isinf(norm)[..., None], torch.zeros_like(num), num)  # neutralised rows stay zero
             P[..., :m] = num
             norm = torch.sqrt(norm + (num * num).sum(dim=-1) + 1.0)
         valid = torch.as_tensor(idx < self.n, device=P.device)
