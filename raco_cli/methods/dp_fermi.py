@@ -406,12 +406,12 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
         idx, lengths = poisson_sample_many(n, q, g_sample)
         rb = rows.gather(idx[:, 0])
         with torch.no_grad():
-            z = torch.baddbmm(b.unsqueeze(1), rb["X"], W.transpose(1, 2))
+            z = batched.group_logits(W, b, rb["X"])  # (R, K, L)
             ghot = rb["cellhot"]  # (R, L, k): each row's group
             A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))
-            c = torch.bmm(ghot, A)
+            c = torch.bmm(A.transpose(1, 2), ghot.transpose(1, 2))  # (R, l, L): row i's A[g_i]
             res = batched.clipped_sums(rb, z, c, reg_temp=reg, temperature=None, clip=clip)
-            G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()), ghot, rb["valid"], Wd, s, clip_w)
+            G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()).transpose(1, 2), ghot, rb["valid"], Wd, s, clip_w)
         clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
         clipped_w = clipped_w + nc.cpu() * torch.as_tensor(with_w)
         for cnt in counts:

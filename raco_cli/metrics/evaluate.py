@@ -27,17 +27,17 @@ STANDARD_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
-def softmax(z: np.ndarray, temperature: float | np.ndarray = 1.0) -> np.ndarray:
-    """``softmax(temperature * z)`` over the last axis (classes), shape preserved.
+def softmax(z: np.ndarray, temperature: float | np.ndarray = 1.0, *, axis: int = -1) -> np.ndarray:
+    """``softmax(temperature * z)`` over ``axis`` (the classes; default the last), shape preserved.
 
     Rows with non-finite logits (an input row with NaN/inf features) give NaN
     probabilities, reported as such (null in summary.json), without warnings.
     """
     with np.errstate(invalid="ignore", over="ignore"):
         s = temperature * np.asarray(z, dtype=np.float64)
-        s = s - s.max(axis=-1, keepdims=True)
+        s = s - s.max(axis=axis, keepdims=True)
         e = np.exp(s)
-        return e / e.sum(axis=-1, keepdims=True)
+        return e / e.sum(axis=axis, keepdims=True)
 
 
 def _group_rates(event: np.ndarray, cond: np.ndarray, onehot_group: np.ndarray) -> np.ndarray:
@@ -147,10 +147,12 @@ def evaluate_many(
     y, group = np.asarray(y), np.asarray(group)
     R, n, K = logits.shape
     n_groups = len(group_names)
-    pred = logits.argmax(axis=2)  # (R, n)
-    p = softmax(logits)
+    # class-major (R, K, n): reductions over the short class axis run along contiguous rows
+    zt = np.ascontiguousarray(logits.transpose(0, 2, 1))
+    pred = zt.argmax(axis=1)  # (R, n)
+    p = softmax(zt, axis=1)
     with np.errstate(divide="ignore"):
-        nll = -np.log(np.clip(np.take_along_axis(p, np.broadcast_to(y[None, :, None], (R, n, 1)), axis=2)[..., 0], 1e-300, None))
+        nll = -np.log(np.clip(np.take_along_axis(p, np.broadcast_to(y[None, None, :], (R, 1, n)), axis=1)[:, 0], 1e-300, None))
     loss = nll.mean(axis=1) if n else np.full(R, np.nan)
     accuracy = (pred == y).mean(axis=1) if n else np.full(R, np.nan)
     base = constraints[0]
@@ -160,8 +162,9 @@ def evaluate_many(
     else:
         cellhot = _onehot(base.cells(y, group), base.Q)
         temps = np.asarray(temperatures, dtype=np.float64)[:, None, None]
-        for kind, probs in (("hard", np.eye(K)[pred]), ("soft", softmax(logits, temps))):
-            H = np.einsum("nq,rnk->rqk", cellhot, probs)
+        hard = (pred[:, None, :] == np.arange(K)[None, :, None]).astype(np.float64)
+        for kind, probs in (("hard", hard), ("soft", softmax(zt, temps, axis=1))):
+            H = np.matmul(probs, cellhot).transpose(0, 2, 1)  # (R, Q, K)
             values[kind] = np.stack([c.gamma_post(H[r], floor=None) for r, c in enumerate(constraints)])
     group_hot = _onehot(group, n_groups)
     fair = _fairness_many(y, pred, group_hot, n_classes=K)
