@@ -45,7 +45,7 @@ from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds, TrainResult
 from raco_cli.methods.timing import StepClock
-from raco_cli.metrics.evaluate import evaluate_many
+from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
 from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
@@ -201,7 +201,9 @@ class GroupEvaluator:
 
     @torch.no_grad()
     def logits(self, W: torch.Tensor, b: torch.Tensor, split: str) -> np.ndarray:
-        """(R, n, K) float64 logits of the runs' current parameters on a split."""
+        """Float64 logits (R, n, K) of the runs' current parameters on a split; for two
+        classes the margins ``z_1 - z_0`` (R, n), one product with the weight differences
+        (half the work, and all a binary evaluation needs)."""
         R, K, d = W.shape
         if self.m:  # x_std = (u - mean) / std: W_num x_std = (W_num / std) u - W_num mean / std
             Wn = W[..., : self.m].double()
@@ -209,6 +211,8 @@ class GroupEvaluator:
             W = torch.cat([(Wn / std).float(), W[..., self.m :]], dim=2)
             b = (b.double() - (Wn * mean / std).sum(dim=2)).float()
         X = self.X[split]
+        if K == 2:
+            return torch.addmm(b[:, 1] - b[:, 0], X, (W[:, 1] - W[:, 0]).t()).t().double().cpu().numpy()
         Z = torch.addmm(b.reshape(R * K), X, W.reshape(R * K, d).t())  # (n, R*K)
         return Z.view(len(X), R, K).permute(1, 0, 2).double().cpu().numpy()
 
@@ -217,15 +221,18 @@ class GroupEvaluator:
         R = W.shape[0]
         out: list[dict[str, Any]] = [{} for _ in range(R)]
         data = self.data
-        for split, X in self.X.items():
+        binary = W.shape[1] == 2
+        for split in self.X:
             idx = np.asarray(data.splits[split])
             Z = self.logits(W, b, split)
             if self.model_scope and split == "val":  # only the correct count is used (privately)
-                acc = (Z.argmax(axis=2) == data.y[idx]).mean(axis=1) if len(idx) else np.full(R, np.nan)
+                pred = (Z > 0) if binary else Z.argmax(axis=2)
+                acc = (pred == data.y[idx]).mean(axis=1) if len(idx) else np.full(R, np.nan)
                 for r in range(R):
                     out[r][split] = {"n": int(len(idx)), "accuracy": float(acc[r])}
                 continue
-            metrics = evaluate_many(
+            evaluate_split = evaluate_binary_many if binary else evaluate_many
+            metrics = evaluate_split(
                 Z, data.y[idx], data.group[idx], constraints=[m.constraints for m in self.members],
                 temperatures=[m.spec.temperature for m in self.members], group_names=data.group_names,
             )
