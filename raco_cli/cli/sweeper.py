@@ -21,7 +21,8 @@ Options (``hydra.sweeper.<key>``):
   ``seed: range(0,2)``), ``smoke_overrides`` are added to every job, and the runs go to the
   experiment ``<experiment>_smoke``.
 * ``resume``: skip jobs already FINISHED in MLflow (default true).
-* ``group``: train compatible jobs together (default true; docs/batched.md).  Jobs whose
+* ``group``: train compatible jobs together (default true; a list names the grids whose
+  jobs are grouped; docs/batched.md).  Jobs whose
   configs differ only in what :data:`PER_RUN_KEYS` lists (seed, eps, gamma, noise
   multipliers, learning rates, tau, clip norm, DP-FERMI's options, ...) and that use a
   batched method on logistic regression become one launcher job of at most
@@ -66,7 +67,7 @@ class RacoSweeperConf:
     smoke_params: dict[str, Any] | None = None
     smoke_overrides: dict[str, Any] | None = None
     resume: bool = True
-    group: bool = True
+    group: Any = True  # true | false | a list of the grids whose jobs are grouped
     group_max_runs: int = 160
     group_memory_gb: float = 2.0
 
@@ -244,7 +245,7 @@ class RacoSweeper(Sweeper):
         smoke_params: Mapping[str, Any] | None = None,
         smoke_overrides: Mapping[str, Any] | None = None,
         resume: bool = True,
-        group: bool = True,
+        group: Any = True,
         group_max_runs: int = 160,
         group_memory_gb: float = 2.0,
     ) -> None:
@@ -261,7 +262,10 @@ class RacoSweeper(Sweeper):
         self.smoke_params = dict(smoke_params or {})
         self.smoke_overrides = dict(smoke_overrides or {})
         self.resume = bool(resume)
-        self.group = bool(group)
+        # true/false, or the grids to group (e.g. Table 2 times grouped and single runs side by side)
+        self.group: bool | list[str] = (
+            bool(group) if isinstance(group, bool) or group is None else [group] if isinstance(group, str) else [str(g) for g in group]
+        )
         self.group_max_runs = int(group_max_runs)
         self.group_memory_gb = float(group_memory_gb)
         self._composed: dict[tuple[str, ...], DictConfig] = {}
@@ -324,7 +328,9 @@ class RacoSweeper(Sweeper):
         configs: dict[int, dict[str, Any]] = {}
         seen: set[tuple[str | None, str, str]] = set()
         duplicates = 0
-        for _, overrides in jobs:
+        grid_of: dict[int, str] = {}
+        for grid, overrides in jobs:
+            grid_of[id(overrides)] = grid
             cfg = self._job_config(overrides)
             tr = cfg.get("tracking") or {}
             store = (bool(tr.get("enabled")), tr.get("uri"), str(tr.get("experiment")))
@@ -359,7 +365,7 @@ class RacoSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         jobs_to_run = [o for o, _, _ in keyed]
-        launches = self._launches([(o, configs[id(o)]) for o in jobs_to_run], sweep_dir)
+        launches = self._launches([(o, configs[id(o)]) for o in jobs_to_run], sweep_dir, [grid_of[id(o)] for o in jobs_to_run])
         size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(launches), 1)
         from hydra.core.utils import JobStatus
 
@@ -379,7 +385,7 @@ class RacoSweeper(Sweeper):
         LAST_SWEEP.update(jobs=len(jobs_to_run), failed=failed, skipped=skipped)
         return returns
 
-    def _launches(self, jobs: list[tuple[list[str], dict[str, Any]]], sweep_dir: Path) -> list[list[str]]:
+    def _launches(self, jobs: list[tuple[list[str], dict[str, Any]]], sweep_dir: Path, grids: list[str]) -> list[list[str]]:
         """The launcher jobs: with ``group`` on, compatible jobs as group jobs (their configs in
         a group file, composed once), the others as jobs of their own; every run keeps the
         directory ``<sweep dir>/<job number>`` it has without grouping."""
@@ -394,7 +400,7 @@ class RacoSweeper(Sweeper):
         groups: OrderedDict[str, list[int]] = OrderedDict()
         launches: list[tuple[int, list[str]]] = []
         for num, (overrides, cfg) in enumerate(jobs):
-            key = group_key(cfg)
+            key = group_key(cfg) if self.group is True or grids[num] in self.group else None
             if key is None:
                 launches.append((num, [*overrides, f"hydra.sweep.subdir={num}"]))
             else:

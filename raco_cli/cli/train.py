@@ -547,6 +547,8 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path], *,
     stats = summary.get("stats") or {}
     if "time_per_step_ms" in stats:  # absent in scope=model (step times follow private batch sizes)
         final["time_per_step_ms"] = float(stats["time_per_step_ms"])
+    if isinstance(stats.get("batched"), dict):  # trained in a group of this many runs (time_per_step_ms is its share)
+        final["batched_runs"] = float(stats["batched"]["runs"])
     if "throughput_images_per_s" in stats:  # training examples per second of step time
         final["throughput_images_per_s"] = float(stats["throughput_images_per_s"])
     recorder.log_metrics(final, step=int(summary["steps"]))

@@ -57,6 +57,8 @@ from raco_cli.privacy.mechanisms import (
 )
 from raco_cli.privacy.preprocessing import standardize_columns
 
+EVAL_RUNS = 16  # runs per evaluation chunk
+
 #: MethodSpec fields that may differ between the runs of a group (everything else must match)
 PER_RUN_FIELDS = (
     "lr", "momentum", "clip_norm", "noise_multiplier", "hist_noise_multiplier", "calibrate_noise", "lr_dual",
@@ -232,12 +234,13 @@ class GroupEvaluator:
                     out[r][split] = {"n": int(len(idx)), "accuracy": float(acc[r])}
                 continue
             evaluate_split = evaluate_binary_many if binary else evaluate_many
-            metrics = evaluate_split(
-                Z, data.y[idx], data.group[idx], constraints=[m.constraints for m in self.members],
-                temperatures=[m.spec.temperature for m in self.members], group_names=data.group_names,
-            )
-            for r in range(R):
-                out[r][split] = metrics[r]
+            for lo in range(0, R, EVAL_RUNS):  # a few runs at a time: their (n,) arrays stay in cache
+                metrics = evaluate_split(
+                    Z[lo : lo + EVAL_RUNS], data.y[idx], data.group[idx], constraints=[m.constraints for m in self.members[lo : lo + EVAL_RUNS]],
+                    temperatures=[m.spec.temperature for m in self.members[lo : lo + EVAL_RUNS]], group_names=data.group_names,
+                )
+                for r, m in enumerate(metrics, start=lo):
+                    out[r][split] = m
         return out
 
 
