@@ -127,7 +127,18 @@ def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format
 
 def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None) -> list[dict[str, Any] | None]:
     """One chunk of compatible runs through the method's ``fit_many``."""
-    from raco_cli.cli.train import _FanOut, _Progress, check_writable, draw_curves, finish_run, format_result, open_recorder, set_threads, tag_error, warn_secure_rng
+    from raco_cli.cli.train import (
+        _FanOut,
+        _Progress,
+        check_writable,
+        draw_curves,
+        finish_run,
+        format_result,
+        open_recorder,
+        set_threads,
+        tag_error,
+        warn_secure_rng,
+    )
     from raco_cli.methods.batched import Member
 
     t0 = time.time()

@@ -295,7 +295,8 @@ class RacoSweeper(Sweeper):
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create().parse_overrides(list(overrides))
-        structural, values = [], []
+        structural: list[Any] = []
+        values: list[Any] = []
         for o in parsed:
             is_value = not o.is_hydra_override() and (isinstance(o.value(), dict) or not loader.repository.group_exists(o.key_or_group))
             (values if is_value else structural).append(o)

@@ -344,6 +344,8 @@ def clipped_sums(
     p = group_softmax(z)
     g = p - rows["onehot"].transpose(1, 2)
     if c is not None:
+        if reg_temp is None:
+            raise ValueError("regularizer weights need reg_temp")
         pt = p if temperature is None else group_softmax(z, temperature)
         g = g + reg_temp * pt * (c - (c * pt).sum(dim=1, keepdim=True))
     norms = torch.sqrt((g * g).sum(dim=1)) * rows["xnorm"]

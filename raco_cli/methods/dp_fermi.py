@@ -425,9 +425,10 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
             for r in w_runs:
                 counts[r]["gaussian_gradient_w"] += 1
             sel = torch.as_tensor(w_runs, device=device)
+            G_sel = G_w.index_select(0, sel)
             noisy_w = releases.release(
                 "gradient_w",
-                lambda G=G_w.index_select(0, sel): G + batched.gaussian_many(tuple(G.shape[1:]), std_w, [g_noise[r] for r in w_runs], dtype=G.dtype),  # type: ignore[misc]
+                lambda G=G_sel: G + batched.gaussian_many(tuple(G.shape[1:]), std_w, [g_noise[r] for r in w_runs], dtype=G.dtype),  # type: ignore[misc]
             )
         # simultaneous update: theta descends and W ascends on gradients taken at (theta_t, W_t)
         optimizer.step([W, b], grads, scale=1.0 / expected_batch)

@@ -206,8 +206,8 @@ def _assemble(
     loss = nll.mean(axis=1) if n else np.full(R, np.nan)
     accuracy = (pred == y).mean(axis=1) if n else np.full(R, np.nan)
     values: dict[str, np.ndarray] = {}
-    for kind, H in zip(("hard", "soft"), hists or [None, None]):
-        values[kind] = np.zeros((R, 0)) if H is None else np.stack([c.gamma_post(H[r], floor=None) for r, c in enumerate(constraints)])
+    for i, kind in enumerate(("hard", "soft")):
+        values[kind] = np.stack([c.gamma_post(hists[i][r], floor=None) for r, c in enumerate(constraints)]) if hists else np.zeros((R, 0))
     group_hot = _onehot(group, n_groups)
     fair = _fairness_many(y, pred, group_hot, n_classes=K)
     acc_g = _group_rates(pred == y, np.ones_like(y, dtype=bool), group_hot)

@@ -121,8 +121,10 @@ def poisson_sample(
             last = float(pos[-1])
         positions = parts[0] if len(parts) == 1 else np.concatenate(parts)
         idx = positions[positions < total].astype(np.int64)
-    cuts = np.searchsorted(idx, np.arange(1, count) * n)
-    return [torch.from_numpy(b - i * n).to(device) for i, b in enumerate(np.split(idx, cuts))]
+    if count == 1:
+        return [torch.from_numpy(idx).to(device)]
+    bounds = [0, *np.searchsorted(idx, np.arange(1, count) * n).tolist(), len(idx)]
+    return [torch.from_numpy(idx[bounds[i] : bounds[i + 1]] - i * n).to(device) for i in range(count)]
 
 
 def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
