@@ -385,7 +385,7 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
             nonfinite,
         )
     event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=prep.constrained)
-    eps_spent = accountant.epsilon(event, spec.delta, discretization=spec.discretization) if private else None
+    eps_spent = accountant.cached_epsilon(event, spec.delta, discretization=spec.discretization) if private else None
     if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
         raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
     rec = result.selected_record
