@@ -89,6 +89,11 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
             print(f"error: job {m['num']}: {exc}", file=sys.stderr)
             _record_quietly(m["config"], run_dir, sweep_dir, exc)
             continue
+        except Exception as exc:  # noqa: BLE001 - a bug: recorded with its traceback in the log, the group goes on
+            log.exception("job %s failed", m["num"])
+            print(f"error: job {m['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
+            _record_quietly(m["config"], run_dir, sweep_dir, exc)
+            continue
         key = batch_key(prep)
         if key is None:  # e.g. an MLP or images: the one-run path (features standardised as alone)
             out[i] = _alone(m, sweep_dir, train, format_result)

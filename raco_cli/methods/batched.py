@@ -519,38 +519,47 @@ def run_core(
             torch.cuda.synchronize(device)
         clock.add(time.perf_counter() - t0)
         batch_sum += lengths[:, -1]
-        if reporter is not None:
-            reporter.on_step(t, steps, {})
+        report_step(reporter, members, t, steps, evaluate=evaluate_now)
         if evaluate_now:
-            for m in members:
-                m.reporter.on_step(t, steps, {})
             record(t)
 
     finished = checkpoints.finish()
     return [
         TrainResult(
             history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
-            stats={
-                "mean_batch_size": float(batch_sum[r]) / max(steps, 1),
-                "clip_fraction": float(clipped[r]) / max(int(batch_sum[r]), 1),
-                "mean_grad_norm": float(norm_sum[r]) / max(int(batch_sum[r]), 1),
-                "nonfinite_rows": float(nonfinite[r]),
-                **group_timing(clock, R, batch_sum[r]),
-                "sample_rate": q,
-            },
+            stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                            sample_rate=q),
             releases=dict(counts),
         )
         for r, (history, selected, state) in enumerate(finished)
     ]
 
 
-def group_timing(clock: StepClock, R: int, rows: int) -> dict[str, Any]:
-    """Step times of a run of a group: its share of the group's step (1/R), and the group's."""
+def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:
+    """The group's step to its reporter (a progress bar); each run's, at evaluations only
+    (heartbeats: a step report per run per step would cost more than the step)."""
+    if reporter is not None:
+        reporter.on_step(t, steps, {})
+    if evaluate:
+        for m in members:
+            m.reporter.on_step(t, steps, {})
+
+
+def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, norm_sum: torch.Tensor, nonfinite: torch.Tensor,
+              clock: StepClock, sample_rate: float) -> dict[str, Any]:
+    """Run r's statistics, as the one-run loop reports them; step times are its share of the
+    group's step (1/R), with the group's step time beside them."""
+    R, n_rows = len(rows), int(rows[r])
     return {
+        "mean_batch_size": float(n_rows) / max(steps, 1),
+        "clip_fraction": float(clipped[r]) / max(n_rows, 1),
+        "mean_grad_norm": float(norm_sum[r]) / max(n_rows, 1),
+        "nonfinite_rows": float(nonfinite[r]),
         "time_per_step_ms": clock.steady_ms / R,
         "first_step_ms": clock.first_ms / R,
-        "throughput_images_per_s": float(rows) * R / clock.total_s if clock.total_s > 0 else 0.0,
+        "throughput_images_per_s": float(n_rows) * R / clock.total_s if clock.total_s > 0 else 0.0,
         "batched": {"runs": R, "group_step_ms": clock.steady_ms},
+        "sample_rate": sample_rate,
     }
 
 

@@ -441,11 +441,9 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
             Wd[sel] = scaled
         clock.add(time.perf_counter() - t0)
         batch_sum += lengths[:, 0]
-        if reporter is not None:
-            reporter.on_step(t, steps, {})
-        if t % specs[0].eval_every == 0 or t == steps:
-            for m in members:
-                m.reporter.on_step(t, steps, {})
+        evaluate_now = t % specs[0].eval_every == 0 or t == steps
+        batched.report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        if evaluate_now:
             record(t)
 
     finished = checkpoints.finish()
@@ -453,13 +451,9 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
         TrainResult(
             history=history, selected=selected, steps=steps, lam=[float(v) for v in Wd[r].flatten().cpu()], state_dict=state,
             stats={
-                "mean_batch_size": float(batch_sum[r]) / max(steps, 1),
-                "clip_fraction": float(clipped[r]) / max(int(batch_sum[r]), 1),
+                **batched.run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                                    sample_rate=q),
                 "clip_fraction_w": float(clipped_w[r]) / max(int(batch_sum[r]), 1),
-                "mean_grad_norm": float(norm_sum[r]) / max(int(batch_sum[r]), 1),
-                "nonfinite_rows": float(nonfinite[r]),
-                **batched.group_timing(clock, R, batch_sum[r]),
-                "sample_rate": q,
                 "fermi_lambda": lams[r],
                 "group_proportions": {name: float(v) for name, v in zip(data.group_names, p_hats[r])},
             },
