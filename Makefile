@@ -64,7 +64,7 @@ typecheck: $(STAMP) ## mypy
 data: $(STAMP) ## download + verify a dataset: make data DATASET=adult
 	$(RACO) data fetch $(DATASET)
 
-bench: $(STAMP) ## time per step on Adult, batch 512: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
+bench: $(STAMP) ## time per step on Adult, batch 512, then batched per-run cost at R=20,160: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
 	$(BIN)/python -m raco_cli.bench $(ARGS)
 
 bench-celeba: $(STAMP) ## ResNet16 images/s: RaCO-DP, DP-SGD vs SGD on one device (ARGS="--image-size 64 --dataset celeba")
