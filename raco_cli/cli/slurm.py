@@ -16,7 +16,8 @@ hydra-submitit-launcher submits a sweep as one job array and waits for every tas
   pending, running and recently ended jobs (:class:`AccountingFallbackWatcher`);
 * a task that ended without a result is a failed job: one line on stderr, its MLflow run marked
   FAILED (or a FAILED run created when it never started), counted by the sweeper, so the same
-  command run again resumes with only the missing jobs (resume by config hash).
+  command run again resumes with only the missing jobs (resume by config hash); a group task
+  (several runs, :mod:`raco_cli.cli.group`) fails so each of its runs that had not finished.
 """
 
 from __future__ import annotations
@@ -202,7 +203,12 @@ def raised(message: str) -> str:
 
 
 class LostJobError(RuntimeError):
-    """A SLURM task ended without a result (cancelled, out of time or memory, node failure)."""
+    """A SLURM task ended without a result (cancelled, out of time or memory, node failure).
+
+    ``failed_runs``: how many of its runs did not finish (a group task has several; the
+    sweeper counts them), None until they are recorded."""
+
+    failed_runs: int | None = None
 
 
 class RacoSlurmLauncher(SlurmLauncher):
@@ -284,22 +290,25 @@ class RacoSlurmLauncher(SlurmLauncher):
                 f"SLURM task {job.job_id} ended {job.watcher.get_state(job.job_id, mode='cache')} without a result "
                 f"(cancelled, out of time or memory, or its node failed); its log: {job.paths.stderr}"
             )
-        print(f"error: job {idx} ({' '.join(overrides)}): {error}", file=sys.stderr)
+        print(f"error: {_describe(overrides, idx)}: {error}", file=sys.stderr)
         try:
-            self._record_lost(overrides, idx, error)
+            error.failed_runs = self._record_lost(overrides, idx, error)
         except Exception:  # noqa: BLE001 - recording a failure must not fail the sweep
             log.exception("could not record the lost job in MLflow")
         return JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=error)
 
-    def _record_lost(self, overrides: list[str], idx: int, error: LostJobError) -> None:
-        """Mark the lost task's MLflow run FAILED, or record a FAILED run when it had none."""
+    def _record_lost(self, overrides: list[str], idx: int, error: LostJobError) -> int:
+        """Mark the lost task's MLflow runs FAILED (every run of a group task that had not
+        finished), or record a FAILED run for one that never started; how many failed."""
         from omegaconf import open_dict
 
-        from raco_cli.cli.build import build_run_spec
-        from raco_cli.cli.train import RUN_ID_FILE, record_failure
-        from raco_cli.tracking.mlflow_store import fail_run
+        from raco_cli.cli.group import group_members
 
         assert self.hydra_context is not None and self.config is not None
+        members = group_members(overrides)
+        if members is not None:  # a sweep group job (cli/group.py): its runs' configs and dirs are in its file
+            sweep_dir = Path(str(self.config.hydra.sweep.dir))
+            return sum(_fail_run(m["config"], Path(m["run_dir"]), sweep_dir, error) for m in members)
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(cfg.hydra.job):
             cfg.hydra.job.num = idx
@@ -307,19 +316,41 @@ class RacoSlurmLauncher(SlurmLauncher):
         run_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
         with open_dict(cfg):
             del cfg["hydra"]
-        run_id_file = run_dir / RUN_ID_FILE
-        if not run_id_file.exists():
-            record_failure(cfg, run_dir, sweep_dir, error)
-            return
-        tracking = build_run_spec(cfg).tracking
-        if tracking.enabled and tracking.uri is not None:
-            fail_run(str(tracking.uri), run_id_file.read_text().strip(), f"{type(error).__name__}: {error}")
+        return int(_fail_run(cfg, run_dir, sweep_dir, error))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A SLURM task unpickles the launcher to run its job with the base class's __call__;
         # this class's module is a Hydra plugin alias that the task's process does not have.
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_raco_")}
         return (_base_launcher, (state,))
+
+
+def _describe(overrides: list[str], idx: int) -> str:
+    """``job 3 (seed=3 ...)``, or for a group job the sweep's runs it had."""
+    from raco_cli.cli.group import group_members
+
+    members = group_members(overrides)
+    if members is None:
+        return f"job {idx} ({' '.join(overrides)})"
+    return f"group job {idx} (runs {', '.join(str(m['num']) for m in members)} of the sweep, trained in one task)"
+
+
+def _fail_run(cfg: Any, run_dir: Path, sweep_dir: Path, error: LostJobError) -> bool:
+    """Record one run of a lost task: its MLflow run marked FAILED unless it finished, or a
+    FAILED run when it never started; whether the run failed (finished: MLflow FINISHED, or
+    its summary.json written when tracking is off)."""
+    from raco_cli.cli.build import build_run_spec
+    from raco_cli.cli.train import RUN_ID_FILE, record_failure
+    from raco_cli.tracking.mlflow_store import fail_run
+
+    run_id_file = run_dir / RUN_ID_FILE
+    if not run_id_file.exists():
+        record_failure(cfg, run_dir, sweep_dir, error)  # does nothing when tracking is off
+        return not (run_dir / "summary.json").exists()
+    tracking = build_run_spec(cfg).tracking
+    if not (tracking.enabled and tracking.uri is not None):
+        return not (run_dir / "summary.json").exists()
+    return fail_run(str(tracking.uri), run_id_file.read_text().strip(), f"{type(error).__name__}: {error}") != "FINISHED"
 
 
 def _base_launcher(state: dict[str, Any]) -> SlurmLauncher:

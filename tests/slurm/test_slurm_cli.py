@@ -99,33 +99,45 @@ def test_failed_job_is_recorded_and_counted_while_the_others_finish(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FAILED"
 
 
-def test_scancel_of_a_running_task_then_the_same_command_runs_only_what_is_missing(tmp_path):
-    """Cancel task 0 of a 2-task array while it trains; the sweep reports it failed, the other
-    task finishes; the same command again (a new sweep directory) runs only seed 0."""
-    db = tmp_path / "mlflow.db"
-    # enough steps that task 0 is still training when scancel's SIGKILL comes (KillWait=5 s)
-    args = ["train", "--multirun", *TASK, "experiment=parkinsons_dp", "eps=8", "seed=0,1", "method.max_steps=400",
-            f"tracking.uri=sqlite:///{db}"]
-    proc = subprocess.Popen([sys.executable, "-m", "raco_cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+def start_and_cancel_task_0(args: list[str], cwd: Path) -> tuple[str, str, int]:
+    """Run the sweep ``args`` and ``scancel`` array task 0 once both runs train; (task id,
+    stderr, exit code)."""
+    proc = subprocess.Popen([sys.executable, "-m", "raco_cli", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 600
         task0 = None
         while time.monotonic() < deadline and proc.poll() is None and task0 is None:
-            # both tasks' MLflow runs exist: they are training (so no later task reaps the
+            # both runs' MLflow runs exist: they are training (so no later task reaps the
             # cancelled run as stale first: the launcher itself records it FAILED)
-            if len(list(tmp_path.glob("outputs/multiruns/*/*/*/.mlflow_run_id"))) == 2:
-                task0 = next(p.name for p in tmp_path.glob("outputs/multiruns/*/*/.submitit/*_0"))
+            if len(list(cwd.glob("outputs/multiruns/*/*/*/.mlflow_run_id"))) == 2:
+                task0 = next(p.name for p in cwd.glob("outputs/multiruns/*/*/.submitit/*_0"))
             time.sleep(0.5)
-        assert task0 is not None, "the tasks never started training"
+        assert task0 is not None, "the runs never started training"
         subprocess.run(["scancel", task0], check=True, timeout=60)
-        out, err = proc.communicate(timeout=900)
+        _, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1, err
     assert_quiet_polling(err)
+    return task0, err, proc.returncode
+
+
+def scancel_args(db: Path, *extra: str) -> list[str]:
+    # enough steps that the runs are still training when scancel's SIGKILL comes (KillWait=5 s)
+    return ["train", "--multirun", *TASK, *extra, "experiment=parkinsons_dp", "eps=8", "seed=0,1", "method.max_steps=400",
+            f"tracking.uri=sqlite:///{db}"]
+
+
+def test_scancel_of_a_running_task_then_the_same_command_runs_only_what_is_missing(tmp_path):
+    """One task per run: cancel task 0 of the 2-task array while it trains; the sweep reports it
+    failed, the other task finishes; the same command again (a new sweep directory) runs only
+    seed 0."""
+    db = tmp_path / "mlflow.db"
+    args = scancel_args(db, "hydra.sweeper.group=false")
+    task0, err, code = start_and_cancel_task_0(args, tmp_path)
+    assert code == 1, err
     assert re.search(rf"^error: job 0 \(.*seed=0.*\): SLURM task {task0} ended CANCELLED without a result", err, re.M), err
     assert err.strip().splitlines()[-1].startswith("error: 1 of 2 sweep jobs failed")
     jobs, parents = runs(db)
@@ -143,6 +155,28 @@ def test_scancel_of_a_running_task_then_the_same_command_runs_only_what_is_missi
     assert done == ["0", "1"] and len(jobs) == 3  # seed 1 ran once; seed 0 failed once, then finished
     assert sorted(p.info.status for p in parents) == ["FAILED", "FINISHED"]
     assert not [r for r in jobs if r.info.status == "RUNNING"]
+
+
+def test_scancel_of_a_group_task_fails_each_of_its_runs_then_the_same_command_runs_them(tmp_path):
+    """Grouped (the default: both seeds are one task training them together): cancelling that
+    task marks both runs FAILED and counts both; the same command again runs both."""
+    db = tmp_path / "mlflow.db"
+    args = scancel_args(db)
+    task0, err, code = start_and_cancel_task_0(args, tmp_path)
+    assert code == 1, err
+    assert list(tmp_path.glob("outputs/multiruns/*/*/.groups/0.json")), "the two seeds were not one group task"
+    assert re.search(rf"^error: group job 0 \(runs 0, 1 of the sweep, trained in one task\): SLURM task {task0} ended CANCELLED without a result", err, re.M), err
+    assert err.strip().splitlines()[-1].startswith("error: 2 of 2 sweep jobs failed")
+    jobs, parents = runs(db)
+    assert {r.data.params["seed"]: r.info.status for r in jobs} == {"0": "FAILED", "1": "FAILED"}
+    assert all(r.data.tags["raco.error"].startswith(f"LostJobError: SLURM task {task0} ended CANCELLED") for r in jobs)
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+
+    res = raco(*args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    jobs, parents = runs(db)
+    assert sorted(r.data.params["seed"] for r in jobs if r.info.status == "FINISHED") == ["0", "1"] and len(jobs) == 4
+    assert sorted(p.info.status for p in parents) == ["FAILED", "FINISHED"]
 
 
 @pytest.mark.parametrize(("override", "key"), [

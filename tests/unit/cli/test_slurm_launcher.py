@@ -232,6 +232,75 @@ def test_a_task_that_raised_outside_raco_is_a_failed_job_naming_the_exception(mo
                                        f"'raco_cli'; its log: {tmp_path / '7_0_0_log.err'}\n")
 
 
+def _group_job(tmp_path: Path, nums: list[int]) -> list[str]:
+    """A group launcher job's overrides, its group file written as the sweeper writes it."""
+    from raco_cli.cli.group import GROUP_OVERRIDE, write_group
+
+    members = [{"num": n, "run_dir": str(tmp_path / str(n)), "config": {"seed": n}} for n in nums]
+    path = write_group(tmp_path / ".groups" / "0.json", members, memory_gb=2)
+    return ["seed=0", f"{GROUP_OVERRIDE}{path}", "hydra.sweep.subdir=groups/0"]
+
+
+def test_a_lost_group_task_marks_every_unfinished_member_failed_and_counts_them(monkeypatch, capsys, tmp_path):
+    """A group task (several runs, cli/group.py) lost by the scheduler: each of its runs is
+    recorded (its own config, run dir, the sweep dir), and the failed count is that of the runs
+    that had not finished (here run 1 had), which the sweeper adds up."""
+    from hydra.core.utils import JobStatus
+    from omegaconf import OmegaConf
+    from submitit.core.utils import UncompletedJobError
+
+    from raco_cli.cli.sweeper import failed_runs
+
+    watcher = _watcher("7_0")
+    watcher._info_dict["7_0"] = {"State": "TIMEOUT"}
+
+    class Job:
+        job_id = "7_0"
+        paths = type("P", (), {"stderr": tmp_path / "7_0_0_log.err"})()
+
+        def __init__(self) -> None:
+            self.watcher = watcher
+
+        def results(self):
+            raise UncompletedJobError("Job 7_0 (task: 0) ... has not produced any output (state: TIMEOUT)")
+
+    seen = []
+
+    def fail_run(cfg, run_dir, sweep_dir, error):
+        seen.append((cfg["seed"], run_dir, sweep_dir, type(error).__name__))
+        return cfg["seed"] != 1  # run 1 had finished before the task was lost
+
+    monkeypatch.setattr(slurm, "_fail_run", fail_run)
+    launcher = _launcher()
+    launcher.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    launcher.hydra_context = object()  # a group's runs are not composed again: their configs are in its file
+    overrides = _group_job(tmp_path, [0, 1, 2])
+    ret = launcher._job_return(Job(), overrides, 0)
+    assert ret.status == JobStatus.FAILED and ret._return_value.failed_runs == 2
+    assert seen == [(n, tmp_path / str(n), tmp_path, "LostJobError") for n in (0, 1, 2)]
+    assert capsys.readouterr().err.startswith("error: group job 0 (runs 0, 1, 2 of the sweep, trained in one task): SLURM "
+                                              "task 7_0 ended TIMEOUT without a result")
+    assert failed_runs(ret, overrides) == 2
+
+
+def test_the_sweeper_counts_the_failed_runs_of_every_kind_of_job(tmp_path):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from raco_cli.cli.sweeper import failed_runs
+
+    group = _group_job(tmp_path, [0, 1, 2])
+    done = JobReturn(overrides=["seed=0"], status=JobStatus.COMPLETED, _return_value=0.9)
+    assert failed_runs(done, ["seed=0"]) == 0
+    assert failed_runs(JobReturn(status=JobStatus.COMPLETED, _return_value=None), ["seed=0"]) == 1
+    assert failed_runs(JobReturn(status=JobStatus.COMPLETED, _return_value={"runs": 3, "failed": 2}), group) == 2
+    # a job that raised: every run it had (its launcher did not count them)
+    assert failed_runs(JobReturn(status=JobStatus.FAILED, _return_value=RuntimeError("x")), ["seed=0"]) == 1
+    assert failed_runs(JobReturn(status=JobStatus.FAILED, _return_value=RuntimeError("x")), group) == 3
+    counted = slurm.LostJobError("lost")
+    counted.failed_runs = 0  # every run of the group had finished before its task was lost
+    assert failed_runs(JobReturn(status=JobStatus.FAILED, _return_value=counted), group) == 0
+
+
 def test_a_pickled_launcher_unpickles_as_the_base_launcher_in_a_fresh_process(tmp_path):
     """SLURM tasks unpickle the launcher; the raco class's module is an alias only the launching
     process registers, so the pickle must name hydra-submitit's class."""
