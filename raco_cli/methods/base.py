@@ -12,7 +12,10 @@ A method module exposes
   not model, ``ConfigError`` for bad ``method.options``) *before* anything is run or recorded,
 * optionally ``FULL_BATCH = True``: every step uses all training rows (no Poisson sampling;
   the sample rate is 1 and ``batch_size`` is ignored),
-* ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``.
+* ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``,
+* optionally ``fit_many(data, members, *, steps, device, reporter=None) -> list[TrainResult]``:
+  the runs of a sweep group (:class:`raco_cli.methods.batched.Member`) trained as one
+  vectorised problem, each run equal to its ``fit`` (docs/batched.md).
 
 Methods never log to MLflow or print: they report through a :class:`Reporter`.
 """

@@ -196,8 +196,11 @@ def precursor_weights(
     Y = nn.functional.one_hot(y, n_classes).double()
     d = Xt.shape[1]
     std_xx, std_xy = nm["precursor"] * U * U, nm["precursor"] * U
-    XX = Xt.t() @ Xt + _sym_noise(d, std_xx, generator).to(X.device)
-    XY = Xt.t() @ Y + gaussian_noise((d, n_classes), std_xy, generator, dtype=torch.float64).to(X.device)
+    XX_exact, XY_exact = Xt.t() @ Xt, Xt.t() @ Y
+    XX = releases.release("precursor_xx", lambda: XX_exact + _sym_noise(d, std_xx, generator).to(X.device))
+    XY = releases.release(
+        "precursor_xy", lambda: XY_exact + gaussian_noise((d, n_classes), std_xy, generator, dtype=torch.float64).to(X.device)
+    )
     ridge = o["precursor_ridge"] or 3.0 * std_xx * math.sqrt(d)
     info = {"precursor_ridge": float(ridge)}
     try:
@@ -207,7 +210,8 @@ def precursor_weights(
     p = (Xt @ beta).clamp(0.0, 1.0) if beta is not None else torch.full_like(Y, 1.0 / n_classes)
     r = (((Y - p) ** 2).sum(dim=1) / 2.0).clamp(max=1.0)  # Brier residual, sensitivity 1
     S = torch.zeros(k, dtype=torch.float64, device=X.device).index_add_(0, groups, r)
-    S = S + gaussian_noise((k,), nm["se"], generator, dtype=torch.float64).to(X.device)
+    S_exact = S
+    S = releases.release("group_se", lambda: S_exact + gaussian_noise((k,), nm["se"], generator, dtype=torch.float64).to(X.device))
     info.update({f"se_sum_{j}": float(v) for j, v in enumerate(S.cpu())})
     if beta is None or bool((S <= 0).any()):
         ones = torch.ones(k, dtype=torch.float64, device=X.device)
