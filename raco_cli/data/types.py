@@ -140,8 +140,13 @@ class TabularData:
             group_names=self.group_names,
             splits=new_splits,
             source=self.source,
-            meta={**self.meta, "subset": n_max},
+            # per-row arrays in meta (e.g. dataset=table's missing-value masks) follow the rows
+            meta={**{k: v[allrows] if _per_row(v, len(self.y)) else v for k, v in self.meta.items()}, "subset": n_max},
         )
+
+
+def _per_row(value: object, n: int) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == n
 
 
 class _SubStore:

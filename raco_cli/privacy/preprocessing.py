@@ -89,19 +89,43 @@ def moments_to_scaling(noisy: np.ndarray, n: int, noise_multiplier: float) -> tu
     return mean, np.sqrt(var)
 
 
+def unit_scale(public: np.ndarray) -> np.ndarray:
+    """``u = (x + 1) / 2`` in float64 for publicly scaled columns ``x`` in [-1, 1] (clipped:
+    float32 rounding of the public map)."""
+    return np.clip((public.astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
+
+
+def apply_scaling(X: np.ndarray, mean: np.ndarray, std: np.ndarray, missing: np.ndarray | None = None) -> np.ndarray:
+    """A float32 copy of ``X`` whose first ``m = len(mean)`` columns (publicly scaled) are
+    standardised, ``(u - mean) / std``: the same arithmetic at training time and in
+    ``raco predict`` (:mod:`raco_cli.predictor`), so predictions reproduce bit for bit.
+    Cells flagged in ``missing`` (n, m) (``dataset=table``: a missing value, encoded at the
+    public midpoint) are set to 0, the DP mean.
+
+    >>> apply_scaling(np.array([[0.0, 5.0], [0.0, 1.0]]), np.array([0.25]), np.array([0.5]),
+    ...               np.array([[False], [True]])).tolist()
+    [[0.5, 5.0], [0.0, 1.0]]
+    """
+    m = len(mean)
+    out = np.array(X, dtype=np.float32, copy=True)
+    scaled = ((unit_scale(out[:, :m]) - mean) / std).astype(np.float32)
+    if missing is not None:
+        scaled[np.asarray(missing, dtype=bool)] = 0.0
+    out[:, :m] = scaled
+    return out
+
+
 def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> TabularData:
     """``data`` with its publicly scaled numeric columns standardised by DP estimates
     (module docstring); the release goes through :func:`raco_cli.privacy.releases.release`."""
     m = numeric_features(data)
     if m == 0:
         return data
-    X = np.array(data.X, dtype=np.float32, copy=True)
     train = np.asarray(data.splits["train"])
-    u = np.clip((X[:, :m].astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)  # clip: float32 rounding of the public map
-    train_u = u[train]
+    train_u = unit_scale(np.asarray(data.X)[train, :m])
     noisy = releases.release("preprocessing", lambda: noisy_moments(train_u, noise_multiplier, source))
     mean, std = moments_to_scaling(np.asarray(noisy), len(train), noise_multiplier)
-    X[:, :m] = ((u - mean) / std).astype(np.float32)
+    X = apply_scaling(np.asarray(data.X), mean, std, data.meta.get("numeric_missing"))  # type: ignore[arg-type]
     # the scaling of the public encoding x in [-1, 1]: standardised = ((x + 1) / 2 - mean) / std
     scaling: dict[str, Any] = {
         name: {"mean": float(a), "std": float(s)} for name, a, s in zip(data.feature_names[:m], mean, std)
