@@ -89,15 +89,10 @@ def _write(frame: Any, out: Path) -> None:
         raise OutputError(f"Cannot write the predictions to {out}: {exc.strerror or exc}. Choose a writable --out.") from None
 
 
-def _rules(counts: dict[str, dict[str, int]]) -> str:
-    words = {"missing": "missing (imputed)", "clipped": "outside the bounds (clipped)", "unknown": "unknown level"}
-    return "; ".join(f"{col}: " + ", ".join(f"{n} {words[k]}" for k, n in kinds.items()) for col, kinds in counts.items())
-
-
 def main(argv: list[str]) -> int:
     import pandas as pd
 
-    from raco_cli.data.table import read_table
+    from raco_cli.data.table import format_counts, read_table
     from raco_cli.predictor import Predictor
 
     args = parser().parse_args(argv)
@@ -127,7 +122,7 @@ def main(argv: list[str]) -> int:
     if "group" not in result.frame.columns:
         print(f"  group       not written: {args.data} lacks the sensitive column(s) {', '.join(model.schema.groups.columns)}")
     if result.counts:
-        print("  rules       " + _rules(result.counts))
+        print("  rules       " + format_counts(result.counts))
     if result.accuracy is not None:
         print(f"  accuracy    {result.accuracy:.4f} on {result.labelled} rows with a label ({model.schema.target.column})")
     return 0

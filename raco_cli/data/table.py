@@ -325,6 +325,10 @@ def resolve(
         raise ConfigError(f"dataset.options.missing_indicator names {stray[0]!r}, which is not a feature column.")
     target = _target(df, label, positive, threshold, levels, class_names, na_values, public)
     groups = _groups(df, sens, levels, na_values, public)
+    both = [c for c in feats if c in raw_bounds and c in levels and c not in types]
+    if both:
+        raise ConfigError(f"dataset.bounds.{both[0]} and dataset.options.levels.{both[0]} are both set: a column is numeric "
+                          f"(bounds) or categorical (levels); remove one, or declare dataset.options.types.{both[0]}.")
     resolved_types = {c: types.get(c) or ("numeric" if c in raw_bounds else "categorical" if c in levels else
                                           storage_type(df[c], na_values)) for c in feats}
     for col, t in resolved_types.items():
@@ -358,13 +362,13 @@ def resolve(
     dropped = {"label missing": int(y_missing.sum()), "label not in its level list": int(y_unknown.sum()),
                "sensitive value missing": int(g_missing.sum()), "sensitive value not in its level list": int(g_unknown.sum())}
     keep = ~(y_missing | y_unknown | g_missing | g_unknown)
+    feature_missing = np.zeros(len(df), dtype=bool)
+    for c in cols:  # numeric cells are checked here, over the whole file: errors name the file's row
+        if isinstance(c, NumericColumn):
+            feature_missing |= np.isnan(numbers(df[c.name], column=c.name, where=where, na_values=na_values))
+        else:
+            feature_missing |= np.array([t is None for t in tokens(df[c.name], na_values)], dtype=bool)
     if missing == "drop":
-        feature_missing = np.zeros(len(df), dtype=bool)
-        for c in cols:
-            if isinstance(c, NumericColumn):
-                feature_missing |= np.isnan(numbers(df[c.name], column=c.name, where=where, na_values=na_values))
-            else:
-                feature_missing |= np.array([t is None for t in tokens(df[c.name], na_values)], dtype=bool)
         dropped["feature missing (missing: drop)"] = int((feature_missing & keep).sum())
         keep &= ~feature_missing
     dropped = {k: v for k, v in dropped.items() if v}
@@ -462,6 +466,16 @@ def fit(schema: TableSchema, table: pd.DataFrame, train: np.ndarray, *, na_value
 # --- what the rules did -------------------------------------------------------------------
 
 
+def format_counts(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """``{column: {rule: rows}}`` as one line.
+
+    >>> format_counts({"age": {"missing": 2, "clipped": 1}, "city": {"unknown": 3}})
+    'age: 2 missing (imputed), 1 outside the bounds (clipped); city: 3 unknown level'
+    """
+    words = {"missing": "missing (imputed)", "clipped": "outside the bounds (clipped)", "unknown": "unknown level"}
+    return "; ".join(f"{col}: " + ", ".join(f"{n} {words[k]}" for k, n in kinds.items()) for col, kinds in counts.items())
+
+
 def report_lines(data: TabularData, *, exact: bool) -> list[str]:
     """Log lines counting dropped rows and the missing / out-of-bound / unknown-level rules.
 
@@ -478,12 +492,10 @@ def report_lines(data: TabularData, *, exact: bool) -> list[str]:
              + ((" (" + ", ".join(f"{k}: {v}" for k, v in dropped.items()) + ")") if exact and dropped else
                 (" (the reasons are exact statistics of the data: logged only in privacy.scope=paper)" if total else ""))]
     repairs: Mapping[str, Any] = meta.get("repairs", {})
-    what = {"missing": "missing (imputed)", "clipped": "outside the bounds (clipped)", "unknown": "unknown levels"}
     for split in SPLITS if exact else ("test",):
         counts = repairs.get(split, {})
         if counts:
-            items = [f"{col} {n} {what[kind]}" for col, kinds in counts.items() for kind, n in kinds.items()]
-            lines.append(f"{split} split: " + ", ".join(items))
+            lines.append(f"{split} split: {format_counts(counts)}")
         else:
             lines.append(f"{split} split: no missing, out-of-bound or unknown values")
     if not exact:
