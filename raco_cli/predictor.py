@@ -23,7 +23,6 @@ device a run's test rows get the very predictions its test metrics were computed
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +109,8 @@ class Predictor:
             "group_names": list(self.group_names),
             # dataset.preprocessing=dp: the noisy mean/std of u = (x + 1) / 2 for the leading
             # numeric columns (raco_cli/privacy/preprocessing.py), an accounted release
-            "standardisation": None if self.scaling is None else {"mean": list(self.scaling[0]), "std": list(self.scaling[1])},
+            "standardisation": None if self.scaling is None else {
+                "columns": list(self.feature_names[: len(self.scaling[0])]), "mean": list(self.scaling[0]), "std": list(self.scaling[1])},
             "model": {**dict(self.model), "n_features": len(self.feature_names), "n_classes": len(self.class_names),
                       "micro_batch": self.micro_batch},
             "run": dict(self.run),
@@ -254,7 +254,7 @@ def find(path: Path) -> Path:
 def softmax_rows(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax (numerically stable).
 
-    >>> softmax_rows(np.array([[0.0, math.log(3.0)]])).round(3).tolist()
+    >>> softmax_rows(np.array([[0.0, np.log(3.0)]])).round(3).tolist()
     [[0.25, 0.75]]
     """
     z = logits - logits.max(axis=1, keepdims=True)

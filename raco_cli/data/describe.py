@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 
 from raco_cli.data.schema import numbers, tokens
-from raco_cli.data.table import storage_type, read_table, sorted_levels
+from raco_cli.data.table import read_table, sorted_levels, storage_type
 from raco_cli.errors import ConfigError
 
 MAX_LEVELS = 50  # more distinct values than this: suggest `drop` (an identifier, free text)

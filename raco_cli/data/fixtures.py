@@ -16,6 +16,7 @@ The values are random (with a learnable signal), never real survey data or real 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-n", type=int, default=None, help="rows / images")
     args = p.parse_args(argv)
     kw = {} if args.n is None else {"n": args.n}
-    writers = {"acs": write_acs, "celeba": write_celeba, "people": write_people}
+    writers: dict[str, Callable[..., Path]] = {"acs": write_acs, "celeba": write_celeba, "people": write_people}
     print(writers[args.what](args.root, **kw))
 
 

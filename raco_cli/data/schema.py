@@ -260,7 +260,7 @@ class Target:
         """``(y, missing, unknown)``: class index per row (-1 where missing or unknown)."""
         if self.rule == "threshold":
             values = numbers(df[self.column], column=self.column, where=where, na_values=na_values,
-                             fix=f"the label of dataset.options.threshold must be a number; fix the file or add the value to dataset.options.na_values.")
+                             fix="the label of dataset.options.threshold must be a number; fix the file or add the value to dataset.options.na_values.")
             missing = np.isnan(values)
             y = np.where(missing, -1, (values > float(self.threshold)).astype(np.int64))  # type: ignore[arg-type]
             return y.astype(np.int64), missing, np.zeros(len(df), bool)

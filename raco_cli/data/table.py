@@ -86,7 +86,7 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if not paths:
         raise ConfigError(f"{key} is empty; give the path of a CSV or Parquet file (or a list of them).")
-    frames = []
+    frames: list[pd.DataFrame] = []
     for p in paths:
         file = Path(str(p)).expanduser()
         if not file.is_file():
@@ -484,7 +484,7 @@ def report_lines(data: TabularData, *, exact: bool) -> list[str]:
     given, and of the dropped rows only their number (the file's row count and the
     dataset size n, which raco treats as public).
     """
-    meta = data.meta
+    meta: Mapping[str, Any] = data.meta
     n_read, dropped = int(meta.get("rows_read", len(data.y))), dict(meta.get("dropped", {}))
     total = n_read - len(data.y)
     lines = [f"dataset=table: {n_read} rows read from {data.source}; {len(data.y)} kept"

@@ -141,12 +141,13 @@ class TabularData:
             splits=new_splits,
             source=self.source,
             # per-row arrays in meta (e.g. dataset=table's missing-value masks) follow the rows
-            meta={**{k: v[allrows] if _per_row(v, len(self.y)) else v for k, v in self.meta.items()}, "subset": n_max},
+            meta={**{k: v[allrows] if isinstance(v, np.ndarray) and _per_row(v, len(self.y)) else v
+                     for k, v in self.meta.items()}, "subset": n_max},
         )
 
 
-def _per_row(value: object, n: int) -> bool:
-    return isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == n
+def _per_row(value: np.ndarray, n: int) -> bool:
+    return value.ndim >= 1 and value.shape[0] == n
 
 
 class _SubStore:

@@ -31,9 +31,9 @@ def signature(predictor: Predictor) -> Any:
     from mlflow.types import ColSpec, Schema
 
     schema = predictor.schema
-    inputs = [ColSpec("double" if isinstance(c, NumericColumn) else "string", c.name) for c in schema.encoder.columns]
+    inputs: list[Any] = [ColSpec("double" if isinstance(c, NumericColumn) else "string", c.name) for c in schema.encoder.columns]
     inputs += [ColSpec("string", c, required=False) for c in schema.groups.columns if c not in schema.feature_columns]
-    outputs = [ColSpec("string", PREDICTED)] + [ColSpec("double", f"{PROBABILITY}{c}") for c in predictor.class_names]
+    outputs: list[Any] = [ColSpec("string", PREDICTED)] + [ColSpec("double", f"{PROBABILITY}{c}") for c in predictor.class_names]
     outputs.append(ColSpec("string", GROUP, required=False))
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
