@@ -3,7 +3,8 @@
     raco predict RUN_DIR_OR_MLFLOW_URI --data new.csv --out predictions.csv [--keep id] [--tracking-uri URI]
 
 The model is a run directory (``outputs/runs/<date>/<time>``), its ``model/`` folder, or an
-MLflow model URI (``models:/<model_id>``, ``runs:/<run_id>/model``; the store is
+MLflow model URI (``models:/<model_id>``, ``runs:/<run_id>/model``, a registered
+``models:/<name>/<version>`` or ``models:/<name>/@<alias>``; the store is
 ``--tracking-uri``, default ``$MLFLOW_TRACKING_URI`` or ``sqlite:///outputs/mlflow.db``).
 ``new.csv`` (CSV, gzip CSV or Parquet) needs the feature columns the model was trained on;
 the sensitive columns (for the ``group`` column) and the label (for an accuracy line) are
@@ -85,9 +86,14 @@ def _logged_model_location(source: str, uri: str) -> str:
     URIs through its global tracking URI otherwise); any other URI unchanged."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(uri)
+    client = MlflowClient(uri, registry_uri=uri)
     if source.startswith("models:/m-"):
         return str(client.get_logged_model(source[len("models:/"):].strip("/")).artifact_location)
+    if source.startswith("models:/"):  # a registered model: models:/<name>/<version or @alias>
+        name, _, version = source[len("models:/"):].strip("/").partition("/")
+        alias = version.lstrip("@")
+        mv = client.get_model_version(name, version) if version.isdigit() else client.get_model_version_by_alias(name, alias)
+        return _logged_model_location(str(mv.source), uri) if str(mv.source) != source else str(mv.source)
     if source.startswith("runs:/"):
         run_id, _, name = source[len("runs:/"):].partition("/")
         run = client.get_run(run_id)

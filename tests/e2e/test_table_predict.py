@@ -225,3 +225,30 @@ def test_optional_columns_and_the_rules_on_new_rows(capsys, tmp_path, trained):
     assert "group       not written" in out and not any(line.strip().startswith("accuracy") for line in out.splitlines())
     assert "income: 1 missing (imputed), 1 outside the bounds (clipped)" in out and "city: 1 unknown level" in out
     assert list(pd.read_csv(tmp_path / "p.csv").columns) == ["predicted", "prob_no", "prob_yes"]
+
+
+@pytest.mark.slow
+def test_the_readme_worked_example_runs_as_written(tmp_path):
+    """README "Your own data": fixtures -> describe -> train (--config-dir) -> predict, as
+    subprocesses from an empty directory (the MLflow store in it)."""
+    import subprocess
+    import sys
+
+    def raco(*args):
+        res = subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stderr
+        return res
+
+    subprocess.run([sys.executable, "-m", "raco_cli.data.fixtures", "people", "demo"], cwd=tmp_path, check=True)
+    (tmp_path / "demo/conf/dataset").mkdir(parents=True)
+    described = raco("data", "describe", "demo/people.csv", "--label", "approved", "--sensitive", "sex")
+    assert "NOT private" in described.stderr
+    (tmp_path / "demo/conf/dataset/people.yaml").write_text(described.stdout)
+    trained = raco("train", "--config-dir", "demo/conf", "dataset=people", "dataset.bounds.age=[18,100]", "dataset.bounds.income=[0,200000]",
+                   "constraint=dp", "eps=1", "method.batch_size=256", "hydra.run.dir=demo/run")
+    summary = json.loads((tmp_path / "demo/run/summary.json").read_text())
+    assert f"test accuracy        {summary['metrics']['test']['accuracy']:.4f}" in trained.stdout and "mlflow model" in trained.stdout
+    predicted = raco("predict", "demo/run", "--data", "demo/new_people.csv", "--out", "demo/predictions.csv", "--keep", "id")
+    assert "income: 1 missing (imputed), 1 outside the bounds (clipped); city: 1 unknown level" in predicted.stdout
+    out = pd.read_csv(tmp_path / "demo/predictions.csv")
+    assert list(out.columns) == ["id", "predicted", "prob_no", "prob_yes", "group"] and len(out) == 5
