@@ -63,15 +63,18 @@ def accuracy_line(stdout: str) -> float:
     return float(line.split()[1])
 
 
+SLOW = pytest.mark.slow  # the same prediction path as the fast cases; `make test-slow` runs every method
+
+
 @pytest.mark.parametrize(("method", "model", "extra"), [
     ("raco_dp", "logreg", ()),
     ("raco_dp", "mlp", ()),
     ("dp_sgd", "logreg", ("constraint=none",)),
-    ("dp_sgd", "mlp", ("constraint=none",)),
-    ("sgd", "logreg", ("constraint=none", "method.steps=25")),
-    ("sgda", "logreg", ("method.steps=25",)),
-    ("dp_fermi", "logreg", ()),
-    ("dpse", "logreg", ("constraint=none", "method.steps=15")),
+    pytest.param("dp_sgd", "mlp", ("constraint=none",), marks=SLOW),
+    pytest.param("sgd", "logreg", ("constraint=none", "method.steps=25"), marks=SLOW),
+    pytest.param("sgda", "logreg", ("method.steps=25",), marks=SLOW),
+    pytest.param("dp_fermi", "logreg", (), marks=SLOW),
+    pytest.param("dpse", "logreg", ("constraint=none", "method.steps=15"), marks=SLOW),
     ("raco_dp", "logreg", ("privacy.scope=paper",)),  # empirical standardisation, fitted statistics in the artifact
 ])  # fmt: skip
 def test_predict_reproduces_the_runs_test_accuracy_exactly(capsys, tmp_path, people_csv, method, model, extra):
