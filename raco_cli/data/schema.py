@@ -73,6 +73,16 @@ def tokens(series: pd.Series, na_values: Iterable[str] = ()) -> np.ndarray:
     return out
 
 
+def member(text: np.ndarray, values: Iterable[str]) -> np.ndarray:
+    """Whether each token is one of ``values`` (a set lookup: np.isin would sort None with text).
+
+    >>> member(np.array(["a", None, "c"], dtype=object), ("a", "b")).tolist()
+    [True, False, False]
+    """
+    allowed = set(values)
+    return np.fromiter((t in allowed for t in text), dtype=bool, count=len(text))
+
+
 def numbers(series: pd.Series, *, column: str, where: str, na_values: Iterable[str] = (), fix: str = "") -> np.ndarray:
     """A numeric column as float64, NaN where missing.
 
@@ -206,7 +216,7 @@ class TableEncoder:
                 continue
             text = tokens(df[col.name], na_values)
             missing = np.array([t is None for t in text], dtype=bool)
-            known = np.isin(text, np.array(col.levels, dtype=object))
+            known = member(text, col.levels)
             masks[col.name] = {"missing": missing, "unknown": ~missing & ~known}
             if isinstance(col, BinaryColumn):
                 binary_blocks.append(np.where(text == col.levels[1], 1.0, np.where(text == col.levels[0], 0.0, 0.5))[:, None])
@@ -267,7 +277,7 @@ class Target:
         text = tokens(df[self.column], na_values)
         missing = np.array([t is None for t in text], dtype=bool)
         if self.rule == "positive":
-            y = np.isin(text, np.array(self.positive, dtype=object)).astype(np.int64)
+            y = member(text, self.positive).astype(np.int64)
             return np.where(missing, -1, y), missing, np.zeros(len(df), bool)
         index = {level: i for i, level in enumerate(self.levels)}
         y = np.array([index.get(t, -1) if t is not None else -1 for t in text], dtype=np.int64)

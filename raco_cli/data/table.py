@@ -201,7 +201,7 @@ def load(
                           "dataset.options.path=people.csv (docs/your-own-data.md).")
     if not isinstance(label, str) or not label:
         raise ConfigError(f"dataset.options.label must be the name of the label column (got dataset.options.label={label!r}).")
-    na = tuple(str(v) for v in (na_values or ()))
+    na = (na_values,) if isinstance(na_values, str) else tuple(str(v) for v in (na_values or ()))
     df = read_table(path, na_values=na)
     schema, dropped, kept = resolve(
         df, label=label, positive=positive, threshold=threshold, sensitive=sensitive, features=features, types=types,
@@ -290,13 +290,11 @@ def resolve(
     check(sens, "dataset.options.sensitive")
     if label in sens:
         raise ConfigError(f"dataset.options.sensitive must not contain the label column {label!r}.")
-    types = dict(types or {})
-    levels = dict(levels or {})
-    raw_bounds = dict(bounds or {})
-    for key, mapping in (("dataset.options.types", types), ("dataset.options.levels", levels), ("dataset.bounds", raw_bounds)):
-        if not isinstance(mapping, dict):
+    for key, mapping in (("dataset.options.types", types), ("dataset.options.levels", levels), ("dataset.bounds", bounds)):
+        if mapping is not None and not isinstance(mapping, Mapping):
             raise ConfigError(f"{key} must be a mapping column -> value (got {key}={mapping!r}).")
-        check(list(mapping), key)
+        check(list(mapping or {}), key)
+    types, levels, raw_bounds = dict(types or {}), dict(levels or {}), dict(bounds or {})
     for col, t in types.items():
         if t not in TYPES:
             raise ConfigError(f"dataset.options.types.{col} must be one of {', '.join(TYPES)} (got {t!r}).")

@@ -199,6 +199,7 @@ def test_scope_model_needs_public_bounds_and_levels(people):
     ({"class_names": ["a"]}, r"^dataset.options.class_names must list 2 distinct names"),
     ({"sensitive": None}, r"^dataset.options.sensitive is not set"),
     ({"label": None}, r"^dataset.options.label must be the name of the label column"),
+    ({"types": "{id:drop}"}, r"^dataset.options.types must be a mapping column -> value"),
 ])
 def test_bad_options_are_one_line_config_errors(people, kw, message):
     _, path = people
