@@ -21,9 +21,11 @@ commands:
   figures [NAME ...]    paper figures from MLflow -> outputs/figures/ (PNG + PDF)
   report EXPERIMENT     Pareto table and hard-constraint satisfaction of an experiment
   privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
-  data list|fetch|info|describe  datasets: presence, download + checksum, split statistics,
-                        a starting config for your own table (describe FILE)
-  predict RUN --data F --out P   predictions of a dataset=table model for new rows
+  data list|fetch|info|describe
+                        datasets: presence, download + checksum, split statistics;
+                        describe FILE: a starting config for your own table
+  predict RUN --data F --out P
+                        predictions of a dataset=table model for new rows
   audit [overrides]     empirical privacy audit: eps lower bound vs accounted eps
   runs stale            find (and mark FAILED) MLflow runs whose process is gone
 

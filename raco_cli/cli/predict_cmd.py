@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="raco predict", description="Predictions of a model trained on dataset=table for new rows "
                                                  "(docs/your-own-data.md).")
     p.add_argument("model", metavar="RUN_DIR_OR_MLFLOW_URI",
-                   help="a run directory, its model/ folder, or models:/<model_id> / runs:/<run_id>/model")
+                   help="a run directory, its model/ folder, or an MLflow URI: models:/<model_id>, runs:/<run_id>/model, "
+                        "models:/<name>/<version or @alias>")
     p.add_argument("--data", required=True, help="the new rows: CSV (plain or .gz) or Parquet with the feature columns")
     p.add_argument("--out", required=True, help="where to write the predictions (CSV)")
     p.add_argument("--keep", action="append", default=[], metavar="COLUMN",
