@@ -180,6 +180,11 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any], *, shared_features: bool = 
         method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
+    if "schema" in data.meta:  # dataset=table: what its missing / clipping / unknown-level rules did
+        from raco_cli.data.table import report_lines
+
+        for line in report_lines(data, exact=spec.scope == "paper" or not method.PRIVATE):
+            log.info(line)
     cons = constraints_mod.build_parts(
         spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
         class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
@@ -433,10 +438,14 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
     }
     if recorder is not None:
         summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+    if "schema" in data.meta:  # dataset=table: the self-contained model for `raco predict`
+        summary["predictor"] = "model"
     # what the scope lets the run write (tracking/summary.py STATUS): every output below
     # is built from this, never from the full summary
     summary = summary_mod.released(summary, scope=spec.scope, private=private)
     try:
+        if "predictor" in summary:
+            _write_predictor(run_dir / summary["predictor"], summary, data, spec, pplan.spec, result.state_dict, recorder)
         summary_path = summary_mod.write(summary, run_dir / "summary.json")
         artifacts = [summary_path]
         if curves:
@@ -454,6 +463,21 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
     if recorder is not None:
         _log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
     return summary
+
+
+def _write_predictor(target: Path, summary: dict[str, Any], data: Any, spec: RunSpec, method_spec: Any, state_dict: Any,
+                     recorder: Any) -> None:
+    """The run's model with its fitted preprocessing (raco_cli/predictor.py) in ``target``,
+    and in MLflow as a logged model (its URI in ``summary["mlflow"]["model_uri"]``).  What it
+    holds is public configuration, releases or facts from the *released* summary."""
+    from raco_cli.predictor import Predictor, run_facts
+    from raco_cli.tracking import model_artifact
+
+    predictor = Predictor.from_run(data, model=spec.model, state_dict=state_dict, micro_batch=method_spec.micro_batch,
+                                   run=run_facts(summary))
+    model_artifact.save(predictor, target)
+    if recorder is not None:
+        summary["mlflow"]["model_uri"] = recorder.log_model(target, step=int(summary["steps"]))
 
 
 def _common_gamma(gammas: Any, default: float) -> float | None:
@@ -606,8 +630,12 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         f"  steps                {summary['steps']} (selected step {summary['selected_step']})",
         f"  summary              {Path(run_dir) / 'summary.json'}",
     ]
+    if "predictor" in summary:
+        lines.append(f"  model for new rows   raco predict {run_dir} --data NEW.csv --out predictions.csv")
     if "mlflow" in summary:
         lines.append(f"  mlflow run           {summary['mlflow']['run_id']} ({summary['mlflow']['uri']})")
+        if "model_uri" in summary["mlflow"]:
+            lines.append(f"  mlflow model         {summary['mlflow']['model_uri']}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,8 @@ class DatasetEntry:
         module: module holding ``load(...)`` and, for downloadable data, ``FILES``.
         description: one line for ``raco data list``.
         origin: where the data comes from (publisher / URL).
-        needs_files: False for generated datasets.
+        needs_files: False for generated datasets and the user's own table.
+        user_file: the data is the user's own file (``dataset=table``: ``dataset.options.path``).
     """
 
     name: str
@@ -30,6 +31,7 @@ class DatasetEntry:
     description: str
     origin: str
     needs_files: bool = True
+    user_file: bool = False
 
     def loader(self) -> Any:
         return importlib.import_module(self.module)
@@ -73,6 +75,14 @@ DATASETS: dict[str, DatasetEntry] = {
             "raco_cli.data.celeba",
             "CelebA aligned faces: attribute (default Smiling), sensitive Male (202 599 images, official splits)",
             "http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (manual: Google Drive)",
+        ),
+        DatasetEntry(
+            "table",
+            "raco_cli.data.table",
+            "your own CSV (plain or gzip) or Parquet file: dataset.options.path, label, sensitive (docs/your-own-data.md)",
+            "dataset.options.path",
+            needs_files=False,
+            user_file=True,
         ),
         DatasetEntry(
             "synthetic",

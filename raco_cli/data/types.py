@@ -140,8 +140,14 @@ class TabularData:
             group_names=self.group_names,
             splits=new_splits,
             source=self.source,
-            meta={**self.meta, "subset": n_max},
+            # per-row arrays in meta (e.g. dataset=table's missing-value masks) follow the rows
+            meta={**{k: v[allrows] if isinstance(v, np.ndarray) and _per_row(v, len(self.y)) else v
+                     for k, v in self.meta.items()}, "subset": n_max},
         )
+
+
+def _per_row(value: np.ndarray, n: int) -> bool:
+    return value.ndim >= 1 and value.shape[0] == n
 
 
 class _SubStore:

@@ -375,7 +375,8 @@ class RunRecorder:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        # names built from data names (a group "F&M", a class ">50K"): characters MLflow refuses become "_"
+        batch = [Metric(_PARAM_NAME.sub("_", k), float(v), ts, step) for k, v in metrics.items()]
         for start in range(0, len(batch), 500):
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 
@@ -384,6 +385,18 @@ class RunRecorder:
 
     def log_artifact(self, path: Path) -> None:
         retrying(self.client.log_artifact, self.run_id, str(path))
+
+    def log_model(self, local_dir: Path, *, name: str = "model", step: int = 0) -> str:
+        """Log an MLflow model directory as a logged model of this run (MLflow 3: what
+        ``mlflow.pyfunc.log_model`` does, through this run's client instead of the global
+        fluent state).  Returns its URI, ``models:/<model_id>``."""
+        from mlflow.entities import LoggedModelOutput
+
+        model = retrying(self.client.create_logged_model, self.experiment_id, name=name, source_run_id=self.run_id)
+        retrying(self.client.log_outputs, self.run_id, [LoggedModelOutput(model.model_id, step=step)])
+        retrying(self.client.log_model_artifacts, model.model_id, str(local_dir))
+        retrying(self.client.finalize_logged_model, model.model_id, "READY")
+        return f"models:/{model.model_id}"
 
     def finish(self, status: str) -> None:
         """Log what is buffered and mark the run FINISHED, FAILED or KILLED."""

@@ -45,9 +45,12 @@ stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-s
                    dropped), time per step (ms), throughput_images_per_s (gradient-batch rows per
                    second of step time, evaluation excluded), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
-mlflow             {run_id, experiment, uri} when tracking is enabled
+mlflow             {run_id, experiment, uri} when tracking is enabled (+ model_uri: dataset=table)
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
+predictor          (added in v1, optional; dataset=table) the run-directory folder of the
+                   self-contained model for ``raco predict`` (``model``); its MLflow logged
+                   model is ``mlflow.model_uri``
 =================  ==========================================================================
 
 Privacy status of every key (``privacy.scope=model``, :data:`STATUS`): ``public``
@@ -84,7 +87,7 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing"),
+         "privacy_scope", "preprocessing", "predictor"),
         PUBLIC,
     ),
     # q = B / n_train: the dataset size is public, as in DP-SGD practice (Opacus, dp-accounting)

@@ -58,7 +58,7 @@ def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message
 
 
 def test_unknown_names_and_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images\.$"):
+    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images, table\.$"):
         _prepare("dataset=adlt")
     with pytest.raises(ConfigError, match=r"Key 'learning_rate' is not in the config; check the key name"):
         _prepare("method.learning_rate=3")
