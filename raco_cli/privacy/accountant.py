@@ -167,6 +167,20 @@ def epsilon(event: dpa.DpEvent, delta: float, *, discretization: float = DEFAULT
     return float(acc.get_epsilon(delta))
 
 
+def rho_epsilon(rho: float, delta: float, *, discretization: float = DEFAULT_DISCRETIZATION) -> float:
+    """The eps at ``delta`` of a rho-zCDP budget (``privacy.rho``): the exact (eps, delta)
+    curve of the Gaussian mechanism that is rho-zCDP, noise multiplier ``1 / sqrt(2 rho)``
+    (:mod:`raco_cli.privacy.zcdp`).  A run planned against this eps whose releases are plain
+    Gaussians is itself that Gaussian, hence exactly rho-zCDP.
+
+    >>> round(rho_epsilon(2.0, 1e-5), 2)
+    10.0
+    """
+    from raco_cli.privacy.zcdp import noise_for_rho
+
+    return epsilon(dpa.GaussianDpEvent(noise_for_rho(rho)), delta, discretization=discretization)
+
+
 def step_pld(step: dpa.DpEvent, *, discretization: float) -> pld_lib.PrivacyLossDistribution | None:
     """The PLD of one step (None when the step is non-private)."""
     acc = RacoPLDAccountant(discretization)

@@ -61,7 +61,8 @@ def test_stage_one_weights_follow_the_residuals():
     counts = torch.bincount(groups, minlength=2).double()
     o = dpse.options(_spec())
     nm = {"precursor": 1e-3, "se": 1e-3}  # (almost) noiseless
-    w, s, info = dpse.precursor_weights(X, y, groups, counts, 2, o=o, nm=nm, generator=torch.Generator().manual_seed(1))
+    Y = torch.nn.functional.one_hot(y, 2)
+    w, s, info = dpse.precursor_weights(X, Y, groups, counts, o=o, nm=nm, generator=torch.Generator().manual_seed(1))
     assert info["se_fallback"] == 0.0
     assert float(w.max()) == 1.0 and float(w[1]) == 1.0 and float(w[0]) < 1.0
     assert 0 < float(s[0]) < float(s[1]) <= 1.0
@@ -72,11 +73,11 @@ def test_fit_reports_per_group_budgets_and_survives_noise(synthetic):
     model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
     spec = _spec(steps=15, noise_multiplier=3.0)
     res = dpse.fit(synthetic, model, cons, spec, steps=15, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
-    w = [res.stats["budget_weight_group0"], res.stats["budget_weight_group1"]]
+    w = [res.stats["budget_weights"]["group0"], res.stats["budget_weights"]["group1"]]
     assert max(w) == 1.0 and min(w) > 0
     nm2 = dpse.noise_multipliers(spec, 15)["stage2"]
     for g, wg in zip(("group0", "group1"), w):
-        assert res.stats[f"noise_multiplier_{g}"] == pytest.approx(nm2 / math.sqrt(wg))
+        assert res.stats["noise_multipliers"][g] == pytest.approx(nm2 / math.sqrt(wg))
     assert res.releases == {"gaussian_count": 1, "gaussian_precursor": 2, "gaussian_group_se": 1,
                             "gaussian_gradient": 15, "gaussian_group_loss": 15}
     assert all(torch.isfinite(v).all() for v in res.state_dict.values())
