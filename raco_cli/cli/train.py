@@ -473,7 +473,8 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
 
 
 def run_name(spec: Any) -> str:
-    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+    budget = f"rho{spec.rho:g}" if getattr(spec, "rho", None) is not None else f"eps{spec.eps:g}"
+    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-{budget}-seed{spec.seed}"
 
 
 def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:

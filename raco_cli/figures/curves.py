@@ -50,7 +50,9 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: P
 
 def _regression_curves(history: Sequence[Any], steps: list[int], present: list[str], plt: Any, *, path: Path, title: str) -> Path:
     """MSPE per split and the test MSPE of every group against the step (``task=regression``)."""
+    # (a fixed layout, not tight_layout: Monte Carlo sweeps draw thousands of these)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.25)
     for split in present:
         axes[0].plot(steps, [r.metrics[split]["mspe"] for r in history], label=split)
     for group in history[0].metrics["test"]["group_mspe"]:
@@ -59,11 +61,9 @@ def _regression_curves(history: Sequence[Any], steps: list[int], present: list[s
     axes[1].set_ylabel("test MSPE per group")
     for ax in axes:
         ax.set_xlabel("step")
-        ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -36,7 +36,13 @@ from raco_cli.methods.base import (
     TrainResult,
     select_checkpoint,
 )
-from raco_cli.methods.gradients import LinearEngine, engine_for, loss_of, resolve_precision, row_softmax
+from raco_cli.methods.gradients import (
+    LinearEngine,
+    engine_for,
+    loss_of,
+    resolve_precision,
+    row_softmax,
+)
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate, evaluate_regression
 from raco_cli.privacy import releases

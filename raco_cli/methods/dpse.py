@@ -348,9 +348,8 @@ def fit(
     nm_k = [nm["stage2"] / math.sqrt(float(wj)) for wj in w.cpu()]
     n_noisy = float(counts.sum())
     # full batch: every step sees the same rows, gathered once
-    batches = [rows.batch(torch.arange(n, device=device), labels=True)] if one_release else [
-        rows.batch(idx, labels=True) if len(idx) else None for idx in members
-    ]
+    all_rows = rows.batch(torch.arange(n, device=device), labels=True) if one_release else None
+    batches = [] if one_release else [rows.batch(idx, labels=True) if len(idx) else None for idx in members]
 
     checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
@@ -359,8 +358,8 @@ def fit(
     checkpoints.record(0, [])
     for t in range(1, steps + 1):
         t1 = time.perf_counter()
-        if one_release:  # DPNoSE (Alg. 3 with s_k = 1/sqrt(K) pooled): one noisy sum, all rows
-            g_sum, clipped, nonfinite = _clipped(engine, batches[0], C, clipped, nonfinite)
+        if all_rows is not None:  # DPNoSE (Alg. 3 with s_k = 1/sqrt(K) pooled): one noisy sum, all rows
+            g_sum, clipped, nonfinite = _clipped(engine, all_rows, C, clipped, nonfinite)
             g_noisy = releases.release(
                 "gradient", lambda sums=g_sum, std=nm["stage2"] * C: [gs + gaussian_noise(tuple(gs.shape), std, g_noise, dtype=gs.dtype) for gs in sums]  # type: ignore[misc]
             )
