@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import dp_accounting as dpa
+import numpy as np
 import pytest
 import torch
 
@@ -97,3 +98,109 @@ def test_refusals():
         dpse.validate(_spec(steps=None), none)
     with pytest.raises(ConfigError, match=r"^method.options.se_share must be in \(0, 1\)"):
         dpse.validate(_spec(options={"se_share": 1.0}), none)
+
+
+# --- task=regression (the paper's setting) ---------------------------------------------------------
+
+
+def _mixture(**kw):
+    from raco_cli.data import group_mixture
+
+    return group_mixture.load(**{"K": 2, "sizes": [600, 150], "slopes": [0.0, 4.0], "eval_size": 50, "seed": 0, **kw})
+
+
+def _reg_spec(**kw):
+    opts = {"bgl_penalty": 0.0, "allocation": "sum", "target_bound": 20.0, **kw.pop("options", {})}
+    base = dict(name="dpse", steps=20, noise_multiplier=2.0, clip_norm=2.0, lr=0.5, eval_every=20, selection="last")
+    return MethodSpec(**{**base, **kw}, options=opts)
+
+
+def _fit(data, spec, seed=0):
+    cons = constraints.build("none", n_classes=1, n_groups=data.n_groups, gamma=0.0)
+    model = models.build("linear", input_shape=data.input_shape, n_classes=1, options={"bias": False})
+    return dpse.fit(data, model, cons, spec, steps=spec.steps, seeds=Seeds.from_seed(seed), device=torch.device("cpu"), reporter=NullReporter())
+
+
+def test_without_the_penalty_each_step_is_one_gradient_release_with_the_whole_step_budget():
+    """Alg. 3: no loss release, so a step's budget mu/T goes to the gradient (rho = 1/(2 nm^2))."""
+    for allocation in ("sum", "max", "uniform"):
+        spec = _reg_spec(options={"allocation": allocation, "count_noise_multiplier": 1e9})
+        tau, mu = dpse.budget_split(spec)
+        nm = dpse.noise_multipliers(spec, 20)["stage2"]
+        assert 20 / (2 * nm**2) == pytest.approx(mu)
+        ev = dpse.run_event(spec, 1.0, 20)
+        assert isinstance(ev.events[-1].event, dpa.GaussianDpEvent)  # not Composed[gradient, loss]
+        assert accountant.epsilon(ev, 1e-5) == pytest.approx(accountant.epsilon(dpa.GaussianDpEvent(2.0), 1e-5), rel=1e-6)
+    # the paper's normalisation is accounted at the worst case w = 1, exactly as max
+    assert dpse.run_event(_reg_spec(), 1.0, 20) == dpse.run_event(_reg_spec(options={"allocation": "max"}), 1.0, 20)
+
+
+def test_regression_stage_one_weights_follow_the_squared_residuals():
+    """The group the pooled precursor fits badly (slope 4 vs 0) gets the larger s_k; the paper's
+    normalisation makes the squares sum to 1, ours makes the largest 1."""
+    data = _mixture(sizes=[3000, 1000])
+    train = data.splits["train"]
+    X = torch.as_tensor(data.X[train], dtype=torch.float32)
+    Y = torch.as_tensor(data.target[train])[:, None]
+    groups = torch.as_tensor(data.group[train])
+    counts = torch.bincount(groups).double()
+    nm = {"precursor": 1e-3, "se": 1e-3}
+    for allocation in ("sum", "max"):
+        o = dpse.options(_reg_spec(options={"allocation": allocation}))
+        w, s, info = dpse.precursor_weights(X, Y, groups, counts, o=o, nm=nm, generator=torch.Generator().manual_seed(0),
+                                            regression=True, bound=4.0)
+        assert info["se_fallback"] == 0.0 and float(s[1]) > float(s[0]) > 0
+        assert float(s.max()) <= 2.0  # sqrt of a mean of residuals clipped at B = 4
+        assert float(w.sum() if allocation == "sum" else w.max()) == pytest.approx(1.0)
+        assert float(w[1] / w[0]) == pytest.approx(float(s[1] ** 2 / s[0] ** 2))
+
+
+def test_regression_fit_releases_and_reports_budgets():
+    data = _mixture()
+    res = _fit(data, _reg_spec())
+    assert res.releases == {"gaussian_count": 1, "gaussian_precursor": 2, "gaussian_group_se": 1,
+                            "gaussian_gradient": 20, "gaussian_group_loss": 0}
+    assert sum(res.stats["budget_weights"].values()) == pytest.approx(1.0)
+    m = res.selected_record.metrics["test"]
+    assert set(m["group_mspe"]) == {"group1", "group2"} and m["mspe"] > 0
+    pooled = _fit(data, _reg_spec(options={"allocation": "uniform"}))  # DPNoSE: one release per step, no stage 1
+    assert pooled.releases == {"gaussian_count": 1, "gaussian_precursor": 0, "gaussian_group_se": 0,
+                               "gaussian_gradient": 20, "gaussian_group_loss": 0}
+    bgl = _fit(data, _reg_spec(options={"bgl_penalty": 1.0}))
+    assert bgl.releases["gaussian_group_loss"] == 20 and bgl.stats["penalty_active_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("allocation", ["uniform", "sum"])
+def test_gradient_noise_has_the_planned_scale(allocation):
+    """The noise of every stage-2 release (release minus the exact clipped sum, the model held still
+    by a tiny step) has std nm_k * C with nm_k = nm / sqrt(w_k): pooled for DPNoSE, per group for DPSE."""
+    from raco_cli.privacy import releases
+
+    data = _mixture(sizes=[400, 100], P=4, slopes=[[0, 0, 0, 0], [1, 2, 3, 4]])
+    spec = _reg_spec(steps=150, lr=1e-12, options={"allocation": allocation})
+    with releases.recording() as tape:
+        res = _fit(data, spec)
+    kind = "gradient" if allocation == "uniform" else "group_gradient"
+    draws = [v[0].flatten() for k, v in tape.entries if k == kind]
+    model = models.build("linear", input_shape=data.input_shape, n_classes=1, options={"bias": False})
+    model.load_state_dict(res.state_dict)
+    from raco_cli.methods import core
+    from raco_cli.methods.gradients import engine_for
+
+    engine = engine_for(model, micro_batch=64, loss="squared")
+    train = np.asarray(data.splits["train"])
+    rows = core.Rows(data, train, data.group[train], torch.device("cpu"))
+    nm = dpse.noise_multipliers(spec, 150)["stage2"]
+    if allocation == "uniform":
+        exact = [engine.clipped_sum(**rows.batch(torch.arange(len(train)), labels=True), reg_scale=0.0, temperature=1.0, clip_norm=2.0).grads[0].flatten()]
+        stds = [nm * 2.0]
+    else:
+        idx = [torch.as_tensor(np.flatnonzero(data.group[train] == k)) for k in range(2)]
+        exact = [engine.clipped_sum(**rows.batch(i, labels=True), reg_scale=0.0, temperature=1.0, clip_norm=2.0).grads[0].flatten() for i in idx]
+        stds = [res.stats["noise_multipliers"][g] * 2.0 for g in ("group1", "group2")]
+        assert stds[0] > stds[1]  # the badly fitted group gets more budget, less noise
+    groups = len(exact)
+    for k in range(groups):
+        noise = torch.stack([d - exact[k] for d in draws[k::groups]])
+        assert float(noise.std()) == pytest.approx(stds[k], rel=0.15)
+        assert abs(float(noise.mean())) < 4 * stds[k] / math.sqrt(noise.numel())
