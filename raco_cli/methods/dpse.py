@@ -354,6 +354,7 @@ def fit(
     checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, nonfinite, penalty_on = zero.long(), zero.long(), 0
+    penalized = [0] * k  # steps on which each group was the penalised k* (a function of the noisy losses)
     clock = StepClock()
     checkpoints.record(0, [])
     for t in range(1, steps + 1):
@@ -394,6 +395,7 @@ def fit(
                 worst = int(np.argmax(gaps))
                 if gaps[worst] >= 0:
                     penalty_on += 1
+                    penalized[worst] += 1
                     total = [tot + G * gw for tot, gw in zip(total, grads_k[worst])]
         decay = 1.0 / math.sqrt(t) if o["lr_decay"] == "sqrt" else 1.0
         optimizer.step(total, scale=decay)
@@ -429,6 +431,7 @@ def fit(
             "rho_stage1": tau,
             "rho_stage2": mu,
             "penalty_active_fraction": penalty_on / T,
+            "penalized_groups": by_group(c / T for c in penalized),
             "budget_weights": by_group(w.cpu()),
             "standard_errors": by_group(s.cpu()),
             "noise_multipliers": by_group(nm_k),

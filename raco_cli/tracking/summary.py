@@ -106,7 +106,8 @@ STATUS: dict[str, Any] = {
               # DPSE: the zCDP split is config; the allocation is post-processing of its stage-1 releases
               "rho_total": PUBLIC, "rho_stage1": PUBLIC, "rho_stage2": PUBLIC, "precursor_ridge": PUBLIC,
               "budget_weights": RELEASE, "standard_errors": RELEASE, "noise_multipliers": RELEASE, "rho_realized": RELEASE,
-              "se_sums": RELEASE, "se_fallback": RELEASE, "penalty_active_fraction": RELEASE},
+              "se_sums": RELEASE, "se_fallback": RELEASE, "penalty_active_fraction": RELEASE,
+              "penalized_groups": RELEASE},
 }  # fmt: skip
 
 

@@ -168,6 +168,8 @@ def test_regression_fit_releases_and_reports_budgets():
                                "gaussian_gradient": 20, "gaussian_group_loss": 0}
     bgl = _fit(data, _reg_spec(options={"bgl_penalty": 1.0}))
     assert bgl.releases["gaussian_group_loss"] == 20 and bgl.stats["penalty_active_fraction"] == 1.0
+    shares = bgl.stats["penalized_groups"]  # read from the noisy losses: mostly the badly fitted group
+    assert shares["group2"] > 0.5 and sum(shares.values()) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("allocation", ["uniform", "sum"])
