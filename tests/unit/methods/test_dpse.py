@@ -206,3 +206,36 @@ def test_gradient_noise_has_the_planned_scale(allocation):
         noise = torch.stack([d - exact[k] for d in draws[k::groups]])
         assert float(noise.std()) == pytest.approx(stds[k], rel=0.15)
         assert abs(float(noise.mean())) < 4 * stds[k] / math.sqrt(noise.numel())
+
+
+def test_stage_one_releases_have_the_planned_noise():
+    """The precursor's X^T X (symmetric, sensitivity U^2) and X^T Y (U V) and the group sums of
+    squared residuals (B): each recorded release minus its exact value has std nm * sensitivity."""
+    from raco_cli.privacy import releases
+
+    data = _mixture(sizes=[300, 100], P=3, slopes=[[0, 0, 0], [1, 2, 3]])
+    train = data.splits["train"]
+    X = torch.as_tensor(data.X[train], dtype=torch.float32)
+    Y = torch.as_tensor(data.target[train])[:, None]
+    groups = torch.as_tensor(data.group[train])
+    counts = torch.bincount(groups).double()
+    o = dpse.options(_reg_spec(options={"row_bound": 2.0, "target_bound": 3.0}))
+    nm = {"precursor": 0.7, "se": 1.3}
+    U, V, B = 2.0, 3.0, 4.0
+    Xt = torch.cat([X.double(), torch.ones(len(X), 1, dtype=torch.float64)], dim=1)
+    Xt = Xt * torch.clamp(U / Xt.norm(dim=1, keepdim=True), max=1.0)
+    noise: dict[str, list[torch.Tensor]] = {"precursor_xx": [], "precursor_xy": [], "group_se": []}
+    for i in range(150):
+        with releases.recording() as tape:
+            dpse.precursor_weights(X, Y, groups, counts, o=o, nm=nm, generator=torch.Generator().manual_seed(i),
+                                   regression=True, bound=B)
+        rec = dict(tape.entries)
+        ridge = 3.0 * nm["precursor"] * U * U * math.sqrt(4)  # the automatic public ridge, d = 4
+        beta = torch.linalg.solve(rec["precursor_xx"] + ridge * torch.eye(4, dtype=torch.float64), rec["precursor_xy"])
+        r = ((Y.double() - Xt @ beta) ** 2).sum(dim=1).clamp(max=B)
+        exact_s = torch.zeros(2, dtype=torch.float64).index_add_(0, groups, r)
+        noise["precursor_xx"].append(torch.triu(rec["precursor_xx"] - Xt.t() @ Xt)[torch.triu(torch.ones(4, 4)) > 0])
+        noise["precursor_xy"].append((rec["precursor_xy"] - Xt.t() @ Y.double().clamp(-V, V)).flatten())
+        noise["group_se"].append(rec["group_se"] - exact_s)
+    for kind, std in (("precursor_xx", 0.7 * U * U), ("precursor_xy", 0.7 * U * V), ("group_se", 1.3 * B)):
+        assert float(torch.cat(noise[kind]).std()) == pytest.approx(std, rel=0.12), kind
