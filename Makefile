@@ -10,6 +10,7 @@ RACO    := $(BIN)/raco
 STAMP   := $(VENV)/.installed
 TORCH_PIN := torch==2.13.0
 DATASET ?= adult
+MUTANT_JOBS ?= 2
 ARGS    ?=
 
 # Offline mirror of the datasets: $RACO_DATA_MIRROR, else ../shared/datasets beside the checkout,
@@ -32,11 +33,14 @@ install: $(STAMP) ## create .venv and install raco (torch pinned to the local CP
 train: $(STAMP) ## the main job: raco train dataset=adult constraint=dp eps=1 (ARGS=... adds overrides)
 	$(RACO) train dataset=adult constraint=dp eps=1 $(ARGS)
 
-test: $(STAMP) ## fast tests + doctests (not slow, not gpu)
-	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu" -n 2 -q
+test: $(STAMP) ## fast tests + doctests (not slow, not gpu, not slurm)
+	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "not slow and not gpu and not slurm" -n 2 -q
+
+test-mutants: $(STAMP) ## privacy mutation suite: plant each bug of tests/mutants/ in a scratch copy, run the tests that must catch it
+	$(BIN)/python tests/mutants/mutate.py --jobs $(MUTANT_JOBS) $(ARGS)
 
 test-slow: $(STAMP) ## slow tests only (minutes)
-	$(PYTEST) -m "slow and not gpu" -q
+	$(PYTEST) -m "slow and not gpu and not slurm" -q
 
 test-trust: $(STAMP) ## trust suite incl. slow: audit, bad input, data/process/numerical faults, concurrency
 	$(PYTEST) -q -p no:cacheprovider tests/unit/audit tests/config/test_bad_input.py tests/unit/data/test_data_faults.py \
@@ -47,6 +51,9 @@ audit: $(STAMP) ## privacy audit of RaCO-DP on Adult: make audit ARGS="eps=4 aud
 
 test-gpu: $(STAMP) ## GPU tests (skipped without CUDA)
 	$(PYTEST) -m gpu -q
+
+test-slurm: $(STAMP) ## SLURM launcher against a one-node cluster it starts on localhost (root: installs slurm-wlm, munge)
+	bash tests/slurm/cluster.sh $(PYTEST) -m slurm -q -p no:cacheprovider tests/slurm
 
 test-all: $(STAMP) ## every test
 	$(PYTEST) -q
@@ -60,7 +67,7 @@ typecheck: $(STAMP) ## mypy
 data: $(STAMP) ## download + verify a dataset: make data DATASET=adult
 	$(RACO) data fetch $(DATASET)
 
-bench: $(STAMP) ## time per step on Adult, batch 512: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
+bench: $(STAMP) ## time per step on Adult, batch 512, then batched per-run cost at R=20,160: make bench ARGS="--methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd"
 	$(BIN)/python -m raco_cli.bench $(ARGS)
 
 bench-celeba: $(STAMP) ## ResNet16 images/s: RaCO-DP, DP-SGD vs SGD on one device (ARGS="--image-size 64 --dataset celeba")
@@ -84,4 +91,4 @@ ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-slow test-trust audit test-gpu test-all lint typecheck data bench bench-celeba figures ui clean-outputs
+.PHONY: help install train test test-mutants test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba figures ui clean-outputs

@@ -8,6 +8,11 @@ Evaluation time is excluded (the loops time their steps only).  DPSE is full-bat
 
     python -m raco_cli.bench [--steps 300] [--reps 5] [--batch-size 512] [--methods raco_dp,dp_sgd]
     python -m raco_cli.bench --methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd
+
+Batched lines (``--batched 20,160``, on by default; docs/batched.md): the per-run cost of a
+step when R runs of the first method are trained as one problem
+(:mod:`raco_cli.methods.batched`), ``group step time / R``, against one run of that method
+in the same process: ``batched raco_dp R=160: ... ms/step per run = 1/x of one run``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 from pathlib import Path
 
 
@@ -27,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default="raco_dp,dp_sgd")
     p.add_argument("--baseline", default="dp_sgd")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: least noisy)")
+    p.add_argument("--batched", default="20,160", help="group sizes R of the batched lines (empty: none)")
     args = p.parse_args(argv)
 
     import torch
@@ -37,11 +44,22 @@ def main(argv: list[str] | None = None) -> int:
     from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 
     torch.set_num_threads(args.threads)
+
+    def spec_of(name: str, private: bool) -> MethodSpec:
+        return MethodSpec(
+            name=name, batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
+            clip_norm=1.0 if private else None,
+            noise_multiplier=1.0 if private else None,
+            hist_noise_multiplier=2.0 if private else None,
+            options={"lam": 1.0} if name == "dp_fermi" else {},
+        )
+
     ds = data.load(args.dataset, data_dir=Path(os.environ.get("RACO_DATA_DIR", PROJECT_ROOT / "datasets")), mirror=sources.mirror_from_env())
     names = args.methods.split(",")
     for name in names:
         methods.get(name)  # unknown names fail before any work
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}  # process CPU time per step (whole fit): robust on a loaded machine
     print(f"dataset={args.dataset} n_train={len(ds.splits['train'])} batch={args.batch_size} steps={args.steps} reps={args.reps} threads={args.threads}")
     for rep in range(args.reps + 1):  # rep 0 warms up
         for name in names:
@@ -49,25 +67,41 @@ def main(argv: list[str] | None = None) -> int:
             cons = constraints.build(
                 "none" if name == "dpse" else "dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05
             )
-            spec = MethodSpec(
-                name=name, batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
-                clip_norm=1.0 if method.PRIVATE else None,
-                noise_multiplier=1.0 if method.PRIVATE else None,
-                hist_noise_multiplier=2.0 if method.PRIVATE else None,
-                options={"lam": 1.0} if name == "dp_fermi" else {},
-            )
+            spec = spec_of(name, method.PRIVATE)
             model = models.build("logreg", input_shape=ds.input_shape, n_classes=ds.n_classes)
+            c0 = time.process_time()
             result = method.fit(ds, model, cons, spec, steps=args.steps, seeds=Seeds.from_seed(rep), device=torch.device("cpu"), reporter=NullReporter())
             if rep > 0:
                 times[name].append(result.stats["time_per_step_ms"])
+                cpu[name].append(1000 * (time.process_time() - c0) / args.steps)
     for name in names:
         t = times[name]
         note = "  [full batch]" if getattr(methods.get(name), "FULL_BATCH", False) else ""
-        print(f"{name:<10} mean {statistics.mean(t):.4f} ms/step  (median {statistics.median(t):.4f}, min {min(t):.4f}, reps {len(t)}){note}")
+        print(f"{name:<10} mean {statistics.mean(t):.4f} ms/step  (median {statistics.median(t):.4f}, min {min(t):.4f}, reps {len(t)}; "
+              f"cpu {statistics.mean(cpu[name]):.4f} ms/step with setup){note}")
     base = statistics.mean(times[args.baseline])
     for name in names:
         if name != args.baseline:
             print(f"ratio {name}/{args.baseline}: {statistics.mean(times[name]) / base:.3f}")
+    sizes = [int(r) for r in args.batched.split(",") if r.strip()]
+    first = names[0]
+    if sizes and hasattr(methods.get(first), "fit_many"):
+        from raco_cli.methods.batched import Member
+
+        one, one_cpu = statistics.mean(times[first]), statistics.mean(cpu[first])
+        for R in sizes:
+            per_run, per_run_cpu = [], []
+            for rep in range(2):  # the first warms up
+                cons = constraints.build("dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05)
+                members = [Member(model=models.build("logreg", input_shape=ds.input_shape, n_classes=ds.n_classes), constraints=cons,
+                                  spec=spec_of(first, methods.get(first).PRIVATE), seeds=Seeds.from_seed(1000 * rep + r)) for r in range(R)]
+                c0 = time.process_time()
+                results = methods.get(first).fit_many(ds, members, steps=args.steps, device=torch.device("cpu"))
+                per_run.append(results[0].stats["time_per_step_ms"])
+                per_run_cpu.append(1000 * (time.process_time() - c0) / args.steps / R)
+            t, c = per_run[-1], per_run_cpu[-1]
+            print(f"batched {first} R={R}: {t:.4f} ms/step per run (group step {t * R:.2f} ms) = 1/{one / t:.1f} of one run "
+                  f"({one:.4f} ms); cpu {c:.4f} ms/step per run with setup = 1/{one_cpu / c:.1f} of one run ({one_cpu:.4f})")
     return 0
 
 

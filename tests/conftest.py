@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -26,16 +27,41 @@ if not os.environ.get("RACO_DATA_MIRROR"):
             break
 
 
-def adult_available() -> bool:
-    mirror = os.environ.get("RACO_DATA_MIRROR", "")
-    return any((Path(root) / "adult" / name).exists() for root in (mirror, ROOT / "datasets") if root
-               for name in ("adult.data", "adult.data.gz"))
+DATA_DIR = ROOT / "datasets"
+
+
+def running_in_ci() -> bool:
+    """CI sets ``CI=true`` (GitHub Actions, GitLab, .ci/run): there every data test must run."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing_data(message: str) -> None:
+    """Skip a test whose dataset is absent; in CI fail it (a missing mirror must not turn the
+    data tests into silent skips and leave CI green)."""
+    if running_in_ci():
+        pytest.fail(f"{message} (CI=true: data tests do not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@functools.cache
+def dataset_present(name: str) -> bool:
+    """Every file of the dataset is found where its loader looks (datasets/<name>/ or the mirror)."""
+    from raco_cli.data import registry, sources
+
+    files = getattr(registry.get(name).loader(), "FILES", ())
+    mirror = os.environ.get("RACO_DATA_MIRROR") or None
+    return bool(files) and all(sources.locate(name, f, data_dir=DATA_DIR, mirror=mirror) is not None for f in files)
+
+
+def _data_names(item) -> list[str]:
+    names = [n for mark in item.iter_markers("data") for n in mark.args]
+    if any(not mark.args for mark in item.iter_markers("data")):
+        raise pytest.UsageError(f"{item.nodeid}: write @pytest.mark.data('<dataset>', ...) naming the datasets it needs")
+    return names
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_data = pytest.mark.skip(reason="needs the Adult files (set RACO_DATA_MIRROR or run make data)")
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
-    has_data = adult_available()
     try:
         import torch
 
@@ -43,10 +69,50 @@ def pytest_collection_modifyitems(config, items):
     except ImportError:  # pragma: no cover
         has_cuda = False
     for item in items:
-        if "data" in item.keywords and not has_data:
-            item.add_marker(skip_data)
+        _data_names(item)  # a bare data marker is a usage error, found at collection
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.data('credit')``: the test needs that dataset (checked per dataset)."""
+    missing = [name for name in _data_names(item) if not dataset_present(name)]
+    if missing:
+        missing_data(f"needs the dataset(s) {', '.join(missing)}: set RACO_DATA_MIRROR or run make data DATASET={missing[0]}")
+
+
+@pytest.fixture(scope="session")
+def data_sources() -> tuple[Path, str | None]:
+    """``(data_dir, mirror)`` where the loaders look for real datasets in the tests."""
+    return DATA_DIR, os.environ.get("RACO_DATA_MIRROR") or None
+
+
+@pytest.fixture
+def mirror_dir(request):
+    """``mirror_dir(name)``: the dataset's folder in the offline mirror, for tests that read the
+    mirror's files themselves (missing -> skip, or fail in CI)."""
+
+    def folder(name: str) -> Path:
+        mirror = os.environ.get("RACO_DATA_MIRROR")
+        path = Path(mirror) / name if mirror else None
+        if path is None or not path.is_dir():
+            missing_data(f"reads the offline mirror's copy of {name}: set RACO_DATA_MIRROR (a directory with {name}/)")
+        assert path is not None
+        return path
+
+    return folder
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tests that repeat many tiny runs: one torch thread (a pool of threads on tensors of a few
+    hundred entries only waits for itself, and much longer on a loaded machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +128,7 @@ def adult():
     """The real Adult dataset from the mirror (tests using it are marked ``data``)."""
     from raco_cli import data
 
-    return data.load("adult", data_dir=ROOT / "datasets", mirror=os.environ.get("RACO_DATA_MIRROR"))
+    return data.load("adult", data_dir=DATA_DIR, mirror=os.environ.get("RACO_DATA_MIRROR") or None)
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
 """One-training-run privacy audit of RaCO-DP's histogram release (Steinke, Nasr, Jagielski 2023).
 
+(``audit.target=histogram``, the default; the gradient release is audited by
+:mod:`raco_cli.audit.gradient`, ``audit.target=gradient``.)
+
 Design (research note ``audit.md``; README "Privacy audit"):
 
 1. m canary records; canary i is included in the training set iff ``S_i = +1``, with
@@ -41,12 +44,13 @@ from typing import Any
 import numpy as np
 
 from raco_cli.audit import stats
-from raco_cli.audit.faults import MECHANISMS, histogram_mechanism
+from raco_cli.audit.faults import GRADIENT_MECHANISMS, HISTOGRAM_MECHANISMS, histogram_mechanism
 from raco_cli.errors import ConfigError, UnsupportedError
 
 log = logging.getLogger(__name__)
 
 SCORES = ("mass", "spread", "llr")
+TARGETS = {"histogram": HISTOGRAM_MECHANISMS, "gradient": GRADIENT_MECHANISMS}
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,10 @@ class AuditSpec:
         label: label of every canary.
         seed: seed of the inclusion signs S, the canary rows and the tie-breaking
             (independent of the run's training seeds).
-        mechanism: ``correct``, or a deliberately broken histogram (test cases).
+        mechanism: ``correct``, or a deliberately broken release of the target (test cases).
         scale: factor applied to the canaries' features.
+        target: the release audited: ``histogram`` (RaCO-DP's Laplace histogram) or
+            ``gradient`` (the Gaussian gradient sum of raco_dp / dp_sgd, Dirac canaries).
     """
 
     canaries: int = 2000
@@ -69,6 +75,7 @@ class AuditSpec:
     seed: int = 0
     mechanism: str = "correct"
     scale: float = 1.0
+    target: str = "histogram"
 
     def __post_init__(self) -> None:
         if isinstance(self.canaries, bool) or not isinstance(self.canaries, int) or self.canaries < 10:
@@ -79,8 +86,12 @@ class AuditSpec:
             raise ConfigError(f"audit.seed must be a non-negative integer (got audit.seed={self.seed!r}); it seeds the canaries' inclusion.")
         if isinstance(self.label, bool) or not isinstance(self.label, int) or self.label < 0:
             raise ConfigError(f"audit.label must be a non-negative integer (got audit.label={self.label!r}); it is the canaries' label.")
-        if self.mechanism not in MECHANISMS:
-            raise ConfigError(f"audit.mechanism must be one of {', '.join(MECHANISMS)} (got audit.mechanism={self.mechanism!r}); broken_* are the audit's own test cases.")
+        if self.target not in TARGETS:
+            raise ConfigError(f"audit.target must be one of {', '.join(TARGETS)} (got audit.target={self.target!r}); it is the release audited.")
+        allowed = TARGETS[self.target]
+        if self.mechanism not in allowed:
+            raise ConfigError(f"audit.mechanism must be one of {', '.join(allowed)} with audit.target={self.target} "
+                              f"(got audit.mechanism={self.mechanism!r}); broken_* are the audit's own test cases.")
         if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not (self.scale > 0 and math.isfinite(self.scale)):
             raise ConfigError(f"audit.scale must be > 0 (got audit.scale={self.scale!r}); it multiplies the canaries' features.")
 
@@ -92,7 +103,7 @@ class AuditResult:
     eps_lower_bound: float
     confidence: float
     eps_accounted: float
-    eps_accounted_histogram: float
+    eps_accounted_histogram: float | None
     eps_target: float
     delta: float
     violation: bool
@@ -101,13 +112,15 @@ class AuditResult:
     included: int
     steps: int
     sample_rate: float
-    hist_noise_multiplier: float
+    hist_noise_multiplier: float | None
     best: dict[str, Any]
     tests: list[dict[str, Any]]
     conformance: dict[str, Any]
     seeds: dict[str, Any]
     event: str
     settings: dict[str, Any] = field(default_factory=dict)
+    target: str = "histogram"
+    eps_accounted_released: float | None = None  # eps of the audited releases alone
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,13 +242,41 @@ def augment(data, audit: AuditSpec, rng: np.random.Generator):  # noqa: ANN001, 
     return aug, S, Xc
 
 
+def one_run_tests(scores: dict[str, np.ndarray], included: np.ndarray, *, q: float, steps: int, delta: float, beta: float,
+                  rng: np.random.Generator) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The one-run tests of every score: +1 guesses for the k highest, for 3 values of k fixed in
+    advance from the expected number of included-and-sampled canaries, each bound at the
+    Bonferroni level ``beta / (scores x ks)``.
+
+    Returns:
+        ``(tests, best)``: every test (score, k, correct, eps_lower_bound) and the largest.
+    """
+    m = len(included)
+    k_max = max(1, math.floor((m / 2) * (1 - math.exp(-q * steps)) - 1.5 * math.sqrt(m)))
+    ks = sorted({max(1, k_max), max(1, k_max // 2), max(1, k_max // 4)}, reverse=True)
+    level = beta / (len(scores) * len(ks))
+    tests: list[dict[str, Any]] = []
+    for name, score in scores.items():
+        for k in ks:
+            guess = stats.top_k_guesses(score, k, rng)
+            v = int(included[guess].sum())
+            lb = stats.eps_lower_bound_one_run(m, k, v, delta=delta, beta=level)
+            tests.append({"score": name, "k": int(k), "correct": v, "eps_lower_bound": float(lb)})
+    return tests, max(tests, key=lambda t: t["eps_lower_bound"])
+
+
 def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     """Audit the prepared run (``raco_cli.cli.train.prepare_run``) with m canaries.
 
     Raises:
-        UnsupportedError: the method releases no histogram (only ``raco_dp`` with a
-            constraint does), or the data is not tabular.
+        UnsupportedError: ``target=histogram`` and the method releases no histogram (only
+            ``raco_dp`` with a constraint does), ``target=gradient`` and a method or model it
+            does not support, or the data is not tabular.
     """
+    if audit.target == "gradient":
+        from raco_cli.audit.gradient import run_gradient_audit
+
+        return run_gradient_audit(prep, audit)
     import dp_accounting as dpa
     import torch
 
@@ -245,7 +286,8 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     if prep.spec.method.name != "raco_dp" or not prep.constrained:
         raise UnsupportedError(
             f"raco audit audits the private histogram of RaCO-DP: it needs method=raco_dp and a rate constraint "
-            f"(got method={prep.spec.method.name}, constraint={prep.spec.constraint.name})."
+            f"(got method={prep.spec.method.name}, constraint={prep.spec.constraint.name}); "
+            "audit.target=gradient audits the gradient release."
         )
     ss = np.random.SeedSequence(audit.seed).spawn(2)
     rng_canaries, rng_ties = np.random.default_rng(ss[0]), np.random.default_rng(ss[1])
@@ -277,43 +319,44 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     with histogram_mechanism(audit.mechanism):
         prep.method.fit(data, model, cons, spec, steps=steps, seeds=prep.seeds, device=prep.device, reporter=scorer)
 
-    k_max = math.floor((m / 2) * (1 - math.exp(-q * steps)) - 1.5 * math.sqrt(m))
-    k_max = max(1, k_max)
-    ks = sorted({max(1, k_max), max(1, k_max // 2), max(1, k_max // 4)}, reverse=True)
-    n_tests = len(SCORES) * len(ks)
-    level = audit.beta / n_tests
+    return build_result(
+        prep, audit, spec, S=S, scores={name: scorer.scores[name].numpy() for name in SCORES}, rng=rng_ties, q=q,
+        event=event, eps_accounted=eps_acc, eps_released=eps_hist, eps_histogram=eps_hist, hist_noise_multiplier=b,
+        conformance=scorer.conformance(b), settings={"histogram_releases": scorer.releases},
+    )
+
+
+def build_result(prep, audit: AuditSpec, spec, *, S: np.ndarray, scores: dict[str, np.ndarray], rng: np.random.Generator,  # noqa: ANN001
+                 q: float, event, eps_accounted: float, eps_released: float, eps_histogram: float | None,  # noqa: ANN001
+                 hist_noise_multiplier: float | None, conformance: dict[str, Any], settings: dict[str, Any]) -> AuditResult:
+    """The tests of :func:`one_run_tests` on the scores of a finished audit run, as an :class:`AuditResult`
+    (``spec``: the audited run's method spec; ``settings``: target-specific entries)."""
     included = S == 1
-    tests: list[dict[str, Any]] = []
-    for name in SCORES:
-        score = scorer.scores[name].numpy()
-        for k in ks:
-            guess = stats.top_k_guesses(score, k, rng_ties)
-            v = int(included[guess].sum())
-            lb = stats.eps_lower_bound_one_run(m, k, v, delta=prep.spec.delta, beta=level)
-            tests.append({"score": name, "k": int(k), "correct": v, "eps_lower_bound": float(lb)})
-    best = max(tests, key=lambda t: t["eps_lower_bound"])
+    tests, best = one_run_tests(scores, included, q=q, steps=prep.plan.steps, delta=prep.spec.delta, beta=audit.beta, rng=rng)
     best_lb = float(best["eps_lower_bound"])
     return AuditResult(
         eps_lower_bound=best_lb,
         confidence=1 - audit.beta,
-        eps_accounted=eps_acc,
-        eps_accounted_histogram=eps_hist,
+        eps_accounted=eps_accounted,
+        eps_accounted_histogram=eps_histogram,
         eps_target=prep.spec.eps,
         delta=prep.spec.delta,
-        violation=best_lb > eps_acc,
+        violation=best_lb > eps_accounted,
         mechanism=audit.mechanism,
-        canaries=m,
+        canaries=audit.canaries,
         included=int(included.sum()),
-        steps=steps,
+        steps=prep.plan.steps,
         sample_rate=q,
-        hist_noise_multiplier=b,
+        hist_noise_multiplier=hist_noise_multiplier,
         best=best,
         tests=tests,
-        conformance=scorer.conformance(b),
+        conformance=conformance,
         seeds={"audit": audit.seed, "run": prep.spec.seed, "sampling": prep.seeds.sampling,
                "noise": None if spec.secure_rng else prep.seeds.noise},
         event=str(event),
-        settings={**asdict(audit), "bonferroni_tests": n_tests, "histogram_releases": scorer.releases,
-                  "method": prep.spec.method.name, "dataset": prep.spec.dataset.name,
-                  "constraint": prep.spec.constraint.name, "sampling": spec.sampling},
+        settings={**asdict(audit), "bonferroni_tests": len(tests), "method": prep.spec.method.name,
+                  "dataset": prep.spec.dataset.name, "constraint": prep.spec.constraint.name, "sampling": spec.sampling,
+                  **settings},
+        target=audit.target,
+        eps_accounted_released=eps_released,
     )

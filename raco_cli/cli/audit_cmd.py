@@ -16,32 +16,42 @@ from pathlib import Path
 
 from raco_cli.errors import ConfigError
 
-AUDIT_KEYS = ("canaries", "beta", "label", "seed", "mechanism", "scale", "out")
+AUDIT_KEYS = ("canaries", "beta", "label", "seed", "mechanism", "scale", "target", "out")
 
 HELP = """\
 usage: raco audit [key=value ...] [group=option ...] [audit.<key>=<value> ...]
 
-One-run privacy audit (Steinke, Nasr, Jagielski 2023) of RaCO-DP's private histogram:
-m canary records, each included with probability 1/2 and alone in a histogram cell of its
-own, one ordinary training run of the audited configuration, scores from the released
-noisy histograms, and an epsilon lower bound at confidence 1 - beta.  The bound is compared
-with the accounted epsilon of exactly this run; exit code 1 when it is larger (a bug).
+One-run privacy audit (Steinke, Nasr, Jagielski 2023): m canary records, each included
+with probability 1/2, one ordinary training run of the audited configuration, scores from
+the released noisy values, and an epsilon lower bound at confidence 1 - beta.  The bound is
+compared with the accounted epsilon of exactly this run; exit code 1 when it is larger (a bug).
 
-audited configuration: any `raco train` override (method=raco_dp, a constraint, eps, ...)
+audit.target=histogram (default): RaCO-DP's Laplace histogram; each canary is alone in a
+  histogram cell of its own (method=raco_dp with a rate constraint).
+audit.target=gradient: the Gaussian gradient sum of raco_dp or dp_sgd (model=logreg); each
+  canary is a Dirac canary, a record with one feature of its own, whose clipped gradient fills
+  one weight column that no other record touches (white box).
+
+audited configuration: any `raco train` override (method, constraint, eps, method.clip_norm, ...)
 
 audit keys:
   audit.canaries=2000     m, the number of canaries
   audit.beta=0.05         the bound holds with probability >= 1 - beta
   audit.seed=0            seed of the canaries' inclusion (independent of the run's seeds)
   audit.label=1           label of the canaries
-  audit.scale=1.0         factor on the canaries' features (copies of random test rows)
-  audit.mechanism=correct correct | broken_no_noise | broken_shared_class_noise
-                          (deliberately broken histograms: the audit's own test cases)
+  audit.scale=1.0         factor on the canaries' features (histogram: copies of random
+                          test rows; gradient: the Dirac feature, 100 x scale)
+  audit.target=histogram  histogram | gradient
+  audit.mechanism=correct histogram: correct | broken_no_noise | broken_shared_class_noise
+                          gradient:  correct | broken_noise_sigma | broken_clip_after_sum
+                          (deliberately broken releases: the audit's own test cases)
   audit.out=<dir>         where audit.json goes (default outputs/audits/<date>/<time>)
 
 examples:
   raco audit dataset=adult eps=1
   raco audit dataset=adult eps=4 audit.mechanism=broken_shared_class_noise
+  raco audit dataset=adult eps=1 method.clip_norm=4 audit.target=gradient
+  raco audit dataset=adult eps=1 method=dp_sgd constraint=none audit.target=gradient audit.canaries=1000
   raco audit dataset=adult dataset.subset=5000 eps=1 audit.canaries=1000"""
 
 
@@ -71,7 +81,7 @@ def parse_audit_args(args: list[str]) -> tuple[dict[str, object], list[str]]:
             raise ConfigError(f"Malformed override {arg!r}; write audit.<key>=<value>.")
         if key not in AUDIT_KEYS:
             raise ConfigError(f"Unknown key audit.{key}. Allowed: {', '.join('audit.' + k for k in AUDIT_KEYS)}.")
-        audit[key] = value if key in ("mechanism", "out") else _value(value)
+        audit[key] = value if key in ("mechanism", "target", "out") else _value(value)
     return audit, rest
 
 
@@ -82,11 +92,14 @@ def format_result(result, out: Path) -> str:  # noqa: ANN001
     per_score: dict[str, float] = {}
     for t in r.tests:
         per_score[t["score"]] = max(per_score.get(t["score"], 0.0), t["eps_lower_bound"])
+    noise = (f"noise_multiplier={s['noise_multiplier']:g}, clip_norm={s['clip_norm']:g}" if r.target == "gradient"
+             else f"hist_noise_multiplier={r.hist_noise_multiplier:g}")
     lines = [
-        f"raco audit: {s['method']} on {s['dataset']} ({s['constraint']}), mechanism={r.mechanism}",
-        f"  accounted eps        {r.eps_accounted:.4f} at delta={r.delta:g} (histogram releases alone: {r.eps_accounted_histogram:.4f}; target eps={r.eps_target:g})",
-        f"  run                  T={r.steps} steps, q={r.sample_rate:.4g}, hist_noise_multiplier={r.hist_noise_multiplier:g}, sampling={s['sampling']}",
-        f"  canaries             m={r.canaries} ({r.included} included), audit seed {s['seed']}",
+        f"raco audit: {s['method']} on {s['dataset']} ({s['constraint']}), target={r.target}, mechanism={r.mechanism}",
+        f"  accounted eps        {r.eps_accounted:.4f} at delta={r.delta:g} ({r.target} releases alone: "
+        f"{r.eps_accounted_released:.4f}; target eps={r.eps_target:g})",
+        f"  run                  T={r.steps} steps, q={r.sample_rate:.4g}, {noise}, sampling={s['sampling']}",
+        f"  canaries             m={r.canaries} ({r.included} included{', Dirac' if r.target == 'gradient' else ''}), audit seed {s['seed']}",
         f"  empirical eps_LB     {r.eps_lower_bound:.4f} at {100 * r.confidence:g}% confidence "
         f"(one-run audit, {s['bonferroni_tests']} tests, Bonferroni)",
         f"  best test            score={r.best['score']} k={r.best['k']} correct={r.best['correct']}",
@@ -99,6 +112,11 @@ def format_result(result, out: Path) -> str:  # noqa: ANN001
             + (f"  class corr {corr:.3f}" if corr is not None else "")
             + ("  ok" if conf["ok"] else "  PROBLEMS: " + "; ".join(conf["problems"]))
         )
+    if "mean_canary_contribution_over_c" in conf:
+        lines.append(f"  canary gradients     {conf['gradient_releases']} releases scored; mean clipped contribution "
+                     f"{conf['mean_canary_contribution_over_c']:.4f} x C along the canary's direction; noise multiplier "
+                     f"measured {conf['measured_noise_multiplier']:.3f} (claimed {conf['claimed_noise_multiplier']:g})"
+                     + ("" if conf["ok"] else "  PROBLEMS: " + "; ".join(conf["problems"])))
     verdict = (
         "VIOLATION: the empirical lower bound exceeds the accounted eps"
         if r.violation

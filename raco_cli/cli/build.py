@@ -68,6 +68,7 @@ class TrackingSpec:
     uri: str | None
     experiment: str
     run_name: str | None
+    curves: bool | str = "auto"  # tracking.curves: draw curves.png (auto: single runs yes, sweep jobs no)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,13 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _curves(value: Any) -> bool | str:
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise ConfigError(TYPE.format(key="tracking.curves", expected="true, false or auto", value=value,
+                                  meaning="draw curves.png (auto: single runs yes, sweep jobs no)."))
+
+
 def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     """Validate a composed config and turn it into a :class:`RunSpec`.
 
@@ -347,6 +355,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         uri=_string(tr, "uri", "tracking.uri", "the MLflow tracking URI.", optional=not enabled),
         experiment=str(_string(tr, "experiment", "tracking.experiment", "the MLflow experiment name.")),
         run_name=_string(tr, "run_name", "tracking.run_name", "the MLflow run name.", optional=True),
+        curves=_curves(tr.get("curves", "auto")),
     )
     return RunSpec(
         eps=eps,

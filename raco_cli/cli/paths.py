@@ -23,9 +23,10 @@ def cpu_count() -> int:
 
 def register_resolvers() -> None:
     """What composing conf/ needs: the OmegaConf resolvers (``${raco_root:}`` is the project
-    directory, ``${raco_cpus:}`` the usable cores) and the ``raco`` sweeper's config."""
+    directory, ``${raco_cpus:}`` the usable cores), the ``raco`` sweeper's config and the SLURM launcher."""
     from omegaconf import OmegaConf
 
+    from raco_cli.cli import slurm
     from raco_cli.cli.sweeper import register
 
     if not OmegaConf.has_resolver("raco_root"):
@@ -33,6 +34,7 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("raco_cpus"):
         OmegaConf.register_new_resolver("raco_cpus", cpu_count)
     register()
+    slurm.register()
 
 
 def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:

@@ -21,12 +21,23 @@ Options (``hydra.sweeper.<key>``):
   ``seed: range(0,2)``), ``smoke_overrides`` are added to every job, and the runs go to the
   experiment ``<experiment>_smoke``.
 * ``resume``: skip jobs already FINISHED in MLflow (default true).
+* ``group``: train compatible jobs together (default true; a list names the grids whose
+  jobs are grouped; docs/batched.md).  Jobs whose
+  configs differ only in what :data:`PER_RUN_KEYS` lists (seed, eps, gamma, noise
+  multipliers, learning rates, tau, clip norm, DP-FERMI's options, ...) and that use a
+  batched method on logistic regression become one launcher job of at most
+  ``group_max_runs`` runs (default 160), so joblib and SLURM parallelism apply to groups;
+  inside it runs are trained in chunks that fit ``group_memory_gb`` (default 2).  Each run
+  keeps its run directory ``<sweep dir>/<job number>``, summary.json, MLflow run and config
+  hash; the group's Hydra log is in ``<sweep dir>/groups/<k>``.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -57,6 +68,92 @@ class RacoSweeperConf:
     smoke_params: dict[str, Any] | None = None
     smoke_overrides: dict[str, Any] | None = None
     resume: bool = True
+    group: Any = True  # true | false | a list of the grids whose jobs are grouped
+    group_max_runs: int = 160
+    group_memory_gb: float = 2.0
+
+
+#: config keys that may differ between the runs of a group (their values are per run in the
+#: batched engine; everything else must match for jobs to be grouped)
+PER_RUN_KEYS = (
+    "seed", "eps", "delta", "constraint.gamma", "constraint.families.*.gamma", "method.lr", "method.lr_dual",
+    "method.momentum", "method.noise_multiplier", "method.hist_noise_multiplier", "method.clip_norm", "method.temperature",
+    "method.lambda_max", "method.denominator_floor", "method.calibrate_noise", "method.max_steps", "method.options",
+    "method.micro_batch", "method.precision", "privacy.selection_share", "dataset.dp_noise_multiplier", "tracking",
+)  # fmt: skip
+BATCHED_MODELS = ("logreg",)
+
+
+def group_key(cfg: Mapping[str, Any]) -> str | None:
+    """What a job must share with others to join their group (None: it runs alone).
+
+    Everything but :data:`PER_RUN_KEYS` (and whether the clip norm is set).  A group job
+    still checks the prepared runs (e.g. ``method.steps=null`` gives each eps its own T) and
+    trains apart whatever turns out not to fit together.
+    """
+    import importlib
+
+    from raco_cli import methods
+
+    method = (cfg.get("method") or {}).get("name")
+    if (cfg.get("model") or {}).get("name") not in BATCHED_MODELS or method not in methods.METHODS:
+        return None
+    if not hasattr(importlib.import_module(methods.METHODS[method]), "fit_many"):
+        return None
+    import json
+
+    plain = json.loads(json.dumps(cfg, default=str))
+    plain["method"]["clip_norm"] = plain["method"].get("clip_norm") is None
+    for key in PER_RUN_KEYS:
+        if key == "method.clip_norm":
+            continue
+        parts = key.split(".")
+        nodes = [plain]
+        for part in parts[:-1]:
+            nodes = [v for n in nodes for k, v in n.items() if isinstance(v, dict) and (part == "*" or k == part)]
+        for n in nodes:
+            n.pop(parts[-1], None)
+    return json.dumps(plain, sort_keys=True)
+
+
+def split_evenly(items: list[Any], cap: int) -> list[list[Any]]:
+    """``items`` in order, cut into the fewest chunks of at most ``cap``, of near-equal size.
+
+    >>> [len(c) for c in split_evenly(list(range(10)), 4)]
+    [4, 3, 3]
+    """
+    if not items:
+        return []
+    count = -(-len(items) // max(cap, 1))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def failed_runs(result: Any, overrides: Sequence[str]) -> int:
+    """How many runs of a launcher job failed.  A job of one run that failed returns None (raco
+    train recorded it FAILED and went on); a group job returns ``{"runs", "failed"}``; a job
+    that returned nothing (its process raised, or the scheduler ended it) failed every run it
+    had, unless its launcher counted them (``failed_runs`` of the error: cli/slurm.py marks a
+    lost group's runs and counts those that had not finished)."""
+    from hydra.core.utils import JobStatus
+
+    from raco_cli.cli.group import group_members
+
+    if result.status != JobStatus.COMPLETED:  # (result.return_value would re-raise the job's error)
+        counted = getattr(result._return_value, "failed_runs", None)
+        if counted is not None:
+            return int(counted)
+        members = group_members(overrides)
+        return 1 if members is None else len(members)
+    value = result.return_value
+    if isinstance(value, dict) and "failed" in value:
+        return int(value["failed"])
+    return 1 if value is None else 0
 
 
 def _key(key: str) -> str:
@@ -171,6 +268,9 @@ class RacoSweeper(Sweeper):
         smoke_params: Mapping[str, Any] | None = None,
         smoke_overrides: Mapping[str, Any] | None = None,
         resume: bool = True,
+        group: Any = True,
+        group_max_runs: int = 160,
+        group_memory_gb: float = 2.0,
     ) -> None:
         super().__init__()
         self.max_batch_size = max_batch_size
@@ -185,6 +285,13 @@ class RacoSweeper(Sweeper):
         self.smoke_params = dict(smoke_params or {})
         self.smoke_overrides = dict(smoke_overrides or {})
         self.resume = bool(resume)
+        # true/false, or the grids to group (e.g. Table 2 times grouped and single runs side by side)
+        self.group: bool | list[str] = (
+            bool(group) if isinstance(group, bool) or group is None else [group] if isinstance(group, str) else [str(g) for g in group]
+        )
+        self.group_max_runs = int(group_max_runs)
+        self.group_memory_gb = float(group_memory_gb)
+        self._composed: dict[tuple[str, ...], DictConfig] = {}
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -196,10 +303,35 @@ class RacoSweeper(Sweeper):
         )
 
     def _job_config(self, overrides: list[str]) -> dict[str, Any]:
+        """The job config Hydra would compose for ``overrides``, composed once per sweep job.
+
+        Hydra composes a config in two stages: overrides that pick config-group options
+        (``method=dp_fermi``, ``+sweep=...``) shape the defaults list; every other override
+        (``seed=3``, ``method.steps=400``) is then applied to the composed config
+        (``ConfigLoaderImpl._apply_overrides_to_config``).  The first stage is the slow one
+        (~0.1-0.4 s), and a sweep's jobs share a handful of option choices, so it runs once per
+        distinct set of group overrides and the value overrides are applied to a copy with
+        Hydra's own function (tests check the result equals a full composition).
+        """
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
         assert self.hydra_context is not None and self.config is not None
-        cfg = self.hydra_context.config_loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
-        with open_dict(cfg):
-            del cfg["hydra"]
+        loader = self.hydra_context.config_loader
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        structural: list[Any] = []
+        values: list[Any] = []
+        for o in parsed:
+            is_value = not o.is_hydra_override() and (isinstance(o.value(), dict) or not loader.repository.group_exists(o.key_or_group))
+            (values if is_value else structural).append(o)
+        key = tuple(o.input_line for o in structural)
+        base = self._composed.get(key)
+        if base is None:
+            base = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(key))
+            with open_dict(base):
+                del base["hydra"]
+            self._composed[key] = base
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -217,9 +349,12 @@ class RacoSweeper(Sweeper):
         )
         tic = time.perf_counter()
         keyed: list[tuple[list[str], str, tuple[bool, str | None, str]]] = []
+        configs: dict[int, dict[str, Any]] = {}
         seen: set[tuple[str | None, str, str]] = set()
         duplicates = 0
-        for _, overrides in jobs:
+        grid_of: dict[int, str] = {}
+        for grid, overrides in jobs:
+            grid_of[id(overrides)] = grid
             cfg = self._job_config(overrides)
             tr = cfg.get("tracking") or {}
             store = (bool(tr.get("enabled")), tr.get("uri"), str(tr.get("experiment")))
@@ -228,6 +363,7 @@ class RacoSweeper(Sweeper):
                 duplicates += 1
                 continue
             seen.add((store[1], store[2], h))
+            configs[id(overrides)] = cfg
             keyed.append((overrides, h, store))
         skipped = 0
         if self.resume:
@@ -253,20 +389,69 @@ class RacoSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         jobs_to_run = [o for o, _, _ in keyed]
-        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs_to_run), 1)
-        from hydra.core.utils import JobStatus
+        launches = self._launches([(o, configs[id(o)]) for o in jobs_to_run], sweep_dir, [grid_of[id(o)] for o in jobs_to_run])
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(launches), 1)
 
         returns = []
         initial_job_idx, failed = 0, 0
-        for start in range(0, len(jobs_to_run), size):
-            batch = jobs_to_run[start : start + size]
-            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
-            # a failed job returns None (raco train records it FAILED in MLflow and goes on)
-            failed += sum(1 for r in results if r.status != JobStatus.COMPLETED or r.return_value is None)
+        for start in range(0, len(launches), size):
+            batch = launches[start : start + size]
+            results = self._launch(batch, initial_job_idx)
+            for r, overrides in zip(results, batch):
+                failed += failed_runs(r, overrides)
             initial_job_idx += len(batch)
             returns.append(results)
         LAST_SWEEP.update(jobs=len(jobs_to_run), failed=failed, skipped=skipped)
         return returns
+
+    def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Any:
+        """Launch a batch of jobs.  A launcher's user error (e.g. SLURM refusing the requested
+        memory, cli/slurm.py) ends the command as any raco error does: its one line on stderr,
+        exit code 2, not Hydra's report of an exception."""
+        from raco_cli.errors import RacoError
+
+        try:
+            return self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+        except RacoError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    def _launches(self, jobs: list[tuple[list[str], dict[str, Any]]], sweep_dir: Path, grids: list[str]) -> list[list[str]]:
+        """The launcher jobs: with ``group`` on, compatible jobs as group jobs (their configs in
+        a group file, composed once), the others as jobs of their own; every run keeps the
+        directory ``<sweep dir>/<job number>`` it has without grouping."""
+        from raco_cli.cli.group import GROUP_OVERRIDE, write_group
+
+        assert self.config is not None
+        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]
+        if not self.group or subdir != "${hydra.job.num}":
+            if self.group:
+                log.info("sweep: jobs are not grouped (hydra.sweep.subdir is customised; grouping keeps run dirs <sweep dir>/<num>)")
+            return [o for o, _ in jobs]
+        groups: OrderedDict[str, list[int]] = OrderedDict()
+        launches: list[tuple[int, list[str]]] = []
+        for num, (overrides, cfg) in enumerate(jobs):
+            key = group_key(cfg) if self.group is True or grids[num] in self.group else None
+            if key is None:
+                launches.append((num, [*overrides, f"hydra.sweep.subdir={num}"]))
+            else:
+                groups.setdefault(key, []).append(num)
+        n_groups = 0
+        for nums in groups.values():
+            for chunk in split_evenly(nums, self.group_max_runs):
+                if len(chunk) == 1:
+                    launches.append((chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
+                    continue
+                members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1]} for num in chunk]
+                path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
+                # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
+                launches.append((chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
+                n_groups += 1
+        launches.sort(key=lambda item: item[0])
+        if n_groups:
+            log.info("sweep: %d runs as %d launcher jobs (%d groups; hydra.sweeper.group=false runs one job per run)",
+                     len(jobs), len(launches), n_groups)
+        return [o for _, o in launches]
 
 
 # Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.

@@ -140,13 +140,20 @@ class PreparedRun:
     plan: Any
     device: Any
     seeds: Any
+    preprocessing: str = "empirical"  # how the run's features are scaled (summary.json)
+    scaling: Any = None  # shared_features with dp preprocessing: the run's (mean, std), X left public
 
 
-def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
+def prepare_run(cfg: DictConfig | Mapping[str, Any], *, shared_features: bool = False) -> PreparedRun:
     """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
 
     Shared by ``raco train`` and ``raco audit``; everything here can reject a run, and
     nothing here touches the MLflow store.
+
+    ``shared_features`` (runs of a sweep group): with ``dataset.preprocessing=dp`` the run's
+    DP standardisation is released and kept as ``scaling`` = (mean, std), and ``data`` stays
+    the public encoding every run of the group shares (the batched engine applies each run's
+    scaling to the rows it reads, docs/batched.md).
 
     Raises:
         RacoError: bad config, missing or corrupted data, an unreachable budget.
@@ -157,7 +164,7 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     from raco_cli.methods.core import resolve_device
     from raco_cli.methods.planning import plan
     from raco_cli.privacy.mechanisms import noise_source
-    from raco_cli.privacy.preprocessing import dp_standardize, numeric_features
+    from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
 
     spec = build_run_spec(cfg)
     resolved = _plain(cfg)
@@ -166,10 +173,15 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     data = load_data(spec)
     seeds = Seeds.from_seed(spec.seed)
     method_spec = spec.method
+    scaling = None
     if spec.dataset.preprocessing == "dp" and numeric_features(data):
         # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
         sigma = spec.dataset.dp_noise_multiplier
-        data = dp_standardize(data, noise_multiplier=sigma, source=noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng))
+        source = noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng)
+        if shared_features:
+            scaling = dp_scaling(data, noise_multiplier=sigma, source=source)
+        else:
+            data = dp_standardize(data, noise_multiplier=sigma, source=source)
         method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
@@ -192,6 +204,7 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any]) -> PreparedRun:
     return PreparedRun(
         spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
         model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
+        preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
     )
 
 
@@ -286,13 +299,111 @@ def output_root(args: list[str]) -> Path:
     return Path(fixed) if fixed.endswith("/") or "${" not in value else Path(fixed).parent
 
 
-def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None) -> dict[str, Any]:
+def train(
+    cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None, prepared: PreparedRun | None = None
+) -> dict[str, Any]:
     """Run one training job and return its summary (also written to ``run_dir/summary.json``).
+
+    ``prepared``: the job's :func:`prepare_run`, when the caller already made it.
 
     Raises:
         RacoError: bad config, missing data, an unreachable budget or an unwritable run
             directory (before any MLflow write); a failed write of the outputs (the MLflow
             run is then marked FAILED).
+    """
+    t_start = time.time()
+    prep = prepared if prepared is not None else prepare_run(cfg)
+    spec, method, pplan = prep.spec, prep.method, prep.plan
+    run_dir = Path(run_dir)
+    check_writable(run_dir)
+    warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
+    set_threads(spec.threads)
+    recorder = open_recorder(prep, run_dir, sweep_dir)
+    progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=full_records(prep))
+    status = "FAILED"
+    try:
+        result = method.fit(
+            prep.data, prep.model, prep.constraints, pplan.spec, steps=pplan.steps, seeds=prep.seeds, device=prep.device,
+            reporter=_FanOut(progress, recorder),
+        )
+        progress.close()
+        summary = finish_run(prep, result, run_dir, recorder, started=t_start, curves=draw_curves(spec, sweep_dir))
+        status = "FINISHED"
+        return summary
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:
+        tag_error(recorder, exc)
+        raise
+    finally:
+        progress.close()
+        if recorder is not None:
+            recorder.finish(status)
+
+
+def set_threads(threads: int | None) -> None:
+    """``threads``: torch CPU threads (e.g. 1 for timing, Table 2: no thread sync on tiny ops)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def full_records(prep: PreparedRun) -> bool:
+    """Whether the run writes exact training statistics (scope=paper or a non-private method)."""
+    return prep.spec.scope == "paper" or not bool(prep.method.PRIVATE)
+
+
+def draw_curves(spec: RunSpec, sweep_dir: Path | None) -> bool:
+    """``tracking.curves``: true/false, or auto (single runs draw curves.png, sweep jobs do not)."""
+    return spec.tracking.curves if isinstance(spec.tracking.curves, bool) else sweep_dir is None
+
+
+def tag_error(recorder: Any, exc: BaseException) -> None:
+    if recorder is not None:
+        try:
+            recorder.set_tags({"raco.error": f"{type(exc).__name__}: {exc}"[:5000]})
+        except Exception:  # noqa: BLE001 - keep the original error
+            log.exception("could not tag the failed run")
+
+
+def open_recorder(prep: PreparedRun, run_dir: Path, sweep_dir: Path | None, *, client: Any = None, buffered: bool = False) -> Any:
+    """The run's MLflow run (None when tracking is off); ``client``/``buffered``: see
+    :class:`raco_cli.tracking.mlflow_store.RunRecorder` (a sweep group shares one client and
+    logs its evaluations in bulk)."""
+    spec, seeds = prep.spec, prep.seeds
+    if not spec.tracking.enabled:
+        return None
+    from raco_cli.tracking.mlflow_store import RunRecorder
+
+    tags = {
+        **run_tags(spec, prep.resolved, run_dir),
+        "raco.secure_rng": str(spec.secure_rng).lower(),
+        "raco.privacy.scope": spec.scope,
+        "raco.seed.init": str(seeds.init),
+        # secure_rng: batches and noise from os.urandom, no seed to record (secret batches)
+        "raco.seed.sampling": "os.urandom" if spec.secure_rng else str(seeds.sampling),
+        "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
+    }
+    recorder = RunRecorder(
+        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=prep.resolved, tags=tags,
+        parent_sweep_dir=sweep_dir, client=client, buffered=buffered,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
+    return recorder
+
+
+def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, started: float, curves: bool,
+               stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Re-account a trained run, write summary.json, model.pt, config.yaml (and curves.png)
+    and its final MLflow records; return the summary.
+
+    ``stats``: extra run statistics (a group's share of wall time).
+
+    Raises:
+        OutputError: the outputs cannot be written.
     """
     import torch
 
@@ -302,145 +413,91 @@ def train(cfg: DictConfig | Mapping[str, Any], *, run_dir: Path, sweep_dir: Path
     from raco_cli.privacy.zcdp import event_rho
     from raco_cli.tracking import summary as summary_mod
 
-    t_start = time.time()
-    prep = prepare_run(cfg)
     spec, resolved, method, data, cons = prep.spec, prep.resolved, prep.method, prep.data, prep.constraints
-    constrained, model, pplan, device, seeds = prep.constrained, prep.model, prep.plan, prep.device, prep.seeds
-    run_dir = Path(run_dir)
-    check_writable(run_dir)
-    warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
+    pplan, seeds = prep.plan, prep.seeds
     private = bool(method.PRIVATE)
-    full_records = spec.scope == "paper" or not private  # scope=model: no exact training statistics
-    if spec.threads is not None:  # e.g. 1 for timing (Table 2): no thread sync on tiny ops
-        import torch
-
-        torch.set_num_threads(spec.threads)
-
-    recorder = None
-    if spec.tracking.enabled:
-        from raco_cli.tracking.mlflow_store import RunRecorder
-
-        tags = {
-            **run_tags(spec, resolved, run_dir),
-            "raco.secure_rng": str(spec.secure_rng).lower(),
-            "raco.privacy.scope": spec.scope,
-            "raco.seed.init": str(seeds.init),
-            # secure_rng: batches and noise from os.urandom, no seed to record (secret batches)
-            "raco.seed.sampling": "os.urandom" if spec.secure_rng else str(seeds.sampling),
-            "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
-        }
-        recorder = RunRecorder(
-            uri=str(spec.tracking.uri),
-            experiment=spec.tracking.experiment,
-            run_name=run_name(spec),
-            params=resolved,
-            tags=tags,
-            parent_sweep_dir=sweep_dir,
+    full = full_records(prep)
+    nonfinite = int(result.stats.get("nonfinite_rows", 0))
+    if nonfinite and full:  # an exact training statistic: not in scope=model records
+        log.warning(
+            "%d per-sample gradients were non-finite (NaN/inf) and were dropped from the clipped sum "
+            "(summary.json stats.nonfinite_rows); the model stayed finite. Lower method.lr or check the data.",
+            nonfinite,
         )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
-    progress = _Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=full_records)
-    status = "FAILED"
+    event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=prep.constrained)
+    eps_spent = accountant.cached_epsilon(event, spec.delta, discretization=spec.discretization) if private else None
+    rho_spent = event_rho(event) if private else None  # zCDP of the same tree (None: no zCDP bound)
+    if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
+        raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
+    rec = result.selected_record
+    satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
+    summary = {
+        "schema_version": summary_mod.SCHEMA_VERSION,
+        "method": spec.method.name,
+        "dataset": spec.dataset.name,
+        "constraint": spec.constraint.name,
+        "constraints": list(cons.names),
+        "gamma": spec.constraint.gamma,
+        "constraint_gammas": [float(g) for g in cons.gamma],
+        "constraint_families": {p.family: {"gamma": p.gamma, **dict(p.options)} for p in spec.constraint.parts},
+        "partition_cells": cons.Q,
+        "eps_target": spec.eps if private else None,
+        "eps_spent": eps_spent,
+        "delta": spec.delta,
+        "rho_target": spec.rho if private else None,
+        "rho_spent": rho_spent,
+        "task": data.task,
+        "private": private,
+        "event": str(event),
+        "steps": result.steps,
+        "sample_rate": pplan.sample_rate,
+        "sampling": pplan.spec.sampling,
+        "seed": spec.seed,
+        "seeds": {
+            "init": seeds.init,
+            "sampling": None if spec.secure_rng else seeds.sampling,
+            "noise": None if spec.secure_rng else seeds.noise,
+            "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
+            "preprocessing": None if spec.secure_rng or prep.preprocessing != "dp" else seeds.preprocessing,
+        },
+        "secure_rng": spec.secure_rng,
+        "selection": pplan.spec.selection,
+        "selected_step": rec.step,
+        "satisfied": None if satisfied is None else bool(satisfied),
+        "metrics": rec.metrics,
+        "last_metrics": result.history[-1].metrics,
+        "lambda": result.lam,
+        "hyperparameters": _spec_dict(pplan.spec),
+        "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
+        "stats": {**result.stats, "wall_time_s": time.time() - started, **dict(stats or {}), "releases": result.releases},
+        "config_hash": spec.config_hash,
+        "device": str(prep.device),
+        "privacy_scope": spec.scope,
+        "preprocessing": prep.preprocessing,
+    }
+    if recorder is not None:
+        summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+    # what the scope lets the run write (tracking/summary.py STATUS): every output below
+    # is built from this, never from the full summary
+    summary = summary_mod.released(summary, scope=spec.scope, private=private)
     try:
-        result = method.fit(
-            data, model, cons, pplan.spec, steps=pplan.steps, seeds=seeds, device=device, reporter=_FanOut(progress, recorder)
-        )
-        progress.close()
-        nonfinite = int(result.stats.get("nonfinite_rows", 0))
-        if nonfinite and full_records:  # an exact training statistic: not in scope=model records
-            log.warning(
-                "%d per-sample gradients were non-finite (NaN/inf) and were dropped from the clipped sum "
-                "(summary.json stats.nonfinite_rows); the model stayed finite. Lower method.lr or check the data.",
-                nonfinite,
-            )
-        event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=constrained)
-        eps_spent = accountant.epsilon(event, spec.delta, discretization=spec.discretization) if method.PRIVATE else None
-        rho_spent = event_rho(event) if method.PRIVATE else None  # zCDP of the same tree (None: no zCDP bound)
-        if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
-            raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
-        rec = result.selected_record
-        satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
-        summary = {
-            "schema_version": summary_mod.SCHEMA_VERSION,
-            "method": spec.method.name,
-            "dataset": spec.dataset.name,
-            "constraint": spec.constraint.name,
-            "constraints": list(cons.names),
-            "gamma": spec.constraint.gamma,
-            "constraint_gammas": [float(g) for g in cons.gamma],
-            "constraint_families": {p.family: {"gamma": p.gamma, **dict(p.options)} for p in spec.constraint.parts},
-            "partition_cells": cons.Q,
-            "eps_target": spec.eps if method.PRIVATE else None,
-            "eps_spent": eps_spent,
-            "delta": spec.delta,
-            "rho_target": spec.rho if method.PRIVATE else None,
-            "rho_spent": rho_spent,
-            "task": data.task,
-            "private": bool(method.PRIVATE),
-            "event": str(event),
-            "steps": result.steps,
-            "sample_rate": pplan.sample_rate,
-            "sampling": pplan.spec.sampling,
-            "seed": spec.seed,
-            "seeds": {
-                "init": seeds.init,
-                "sampling": None if spec.secure_rng else seeds.sampling,
-                "noise": None if spec.secure_rng else seeds.noise,
-                "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
-                "preprocessing": None if spec.secure_rng or data.preprocessing != "dp" else seeds.preprocessing,
-            },
-            "secure_rng": spec.secure_rng,
-            "selection": pplan.spec.selection,
-            "selected_step": rec.step,
-            "satisfied": None if satisfied is None else bool(satisfied),
-            "metrics": rec.metrics,
-            "last_metrics": result.history[-1].metrics,
-            "lambda": result.lam,
-            "hyperparameters": _spec_dict(pplan.spec),
-            "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
-            "stats": {**result.stats, "wall_time_s": time.time() - t_start, "releases": result.releases},
-            "config_hash": spec.config_hash,
-            "device": str(device),
-            "privacy_scope": spec.scope,
-            "preprocessing": getattr(data, "preprocessing", "empirical"),
-        }
-        if recorder is not None:
-            summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
-        # what the scope lets the run write (tracking/summary.py STATUS): every output below
-        # is built from this, never from the full summary
-        summary = summary_mod.released(summary, scope=spec.scope, private=private)
-        try:
-            summary_path = summary_mod.write(summary, run_dir / "summary.json")
-            curves = plot_training_curves(
+        summary_path = summary_mod.write(summary, run_dir / "summary.json")
+        artifacts = [summary_path]
+        if curves:
+            artifacts.append(plot_training_curves(
                 result.history, gamma=_common_gamma(cons.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
                 title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
-            )
-            OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
-            torch.save(result.state_dict, run_dir / "model.pt")
-        except OSError as exc:  # disk full or directory gone mid-run: one line, run marked FAILED
-            from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
+            ))
+        OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")
+        artifacts.append(run_dir / "config.yaml")
+        torch.save(result.state_dict, run_dir / "model.pt")
+    except OSError as exc:  # disk full or directory gone mid-run: one line, run marked FAILED
+        from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
 
-            raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
-        if recorder is not None and full_records:
-            recorder.log_metrics({"stats/nonfinite_rows": float(nonfinite)}, step=int(result.steps))
-        if recorder is not None:
-            _log_final(recorder, summary, [summary_path, curves, run_dir / "config.yaml"])
-        status = "FINISHED"
-        return summary
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    except Exception as exc:
-        if recorder is not None:
-            try:
-                recorder.set_tags({"raco.error": f"{type(exc).__name__}: {exc}"[:5000]})
-            except Exception:  # noqa: BLE001 - keep the original error
-                log.exception("could not tag the failed run")
-        raise
-    finally:
-        progress.close()
-        if recorder is not None:
-            recorder.finish(status)
+        raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
+    if recorder is not None:
+        _log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
+    return summary
 
 
 def _common_gamma(gammas: Any, default: float) -> float | None:
@@ -510,8 +567,8 @@ def _spec_dict(spec: Any) -> dict[str, Any]:
     return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(spec).items()}
 
 
-def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) -> None:
-    final = {}
+def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path], *, extra: Mapping[str, float] | None = None) -> None:
+    final = dict(extra or {})
     for split, m in summary["metrics"].items():
         for name in ("accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard", "dp_gap", "eo_gap",
                      "eop_gap", "fnr", "fpr"):
@@ -544,6 +601,8 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path]) ->
     stats = summary.get("stats") or {}
     if "time_per_step_ms" in stats:  # absent in scope=model (step times follow private batch sizes)
         final["time_per_step_ms"] = float(stats["time_per_step_ms"])
+    if isinstance(stats.get("batched"), dict):  # trained in a group of this many runs (time_per_step_ms is its share)
+        final["batched_runs"] = float(stats["batched"]["runs"])
     if "throughput_images_per_s" in stats:  # training examples per second of step time
         final["throughput_images_per_s"] = float(stats["throughput_images_per_s"])
     recorder.log_metrics(final, step=int(summary["steps"]))
@@ -632,6 +691,11 @@ def hydra_entry() -> None:
         run_dir = Path(hc.runtime.output_dir)
         multirun = hc.mode == RunMode.MULTIRUN
         sweep_dir = Path(hc.sweep.dir) if multirun else None
+        group = OmegaConf.select(cfg, "raco_group", default=None)
+        if group is not None:  # a sweep group job (raco_cli/cli/group.py): its runs' configs are in the file
+            from raco_cli.cli.group import run_group_file
+
+            return run_group_file(Path(str(group)), sweep_dir=sweep_dir)  # type: ignore[return-value]
         try:
             summary = train(cfg, run_dir=run_dir, sweep_dir=sweep_dir)
         except RacoError as exc:

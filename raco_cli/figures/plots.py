@@ -226,7 +226,9 @@ def clipping(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Pa
 
 
 def timing(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path) -> list[Path]:
-    """Table 2: time per step (ms) per dataset x method, mean ± std over runs."""
+    """Table 2: time per step (ms) per dataset x method, mean ± std over runs; runs trained in
+    a batched group (metric ``batched_runs`` = R, docs/batched.md) in a column of their own,
+    ``<method> (batched, R=..)``, whose time is a run's share of the group's step."""
     plt = _plt()
     cells: dict[tuple[str, str], list[float]] = {}
     for rec in records:
@@ -235,11 +237,17 @@ def timing(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path
         t = rec["metrics"].get("time_per_step_ms")
         if t is None:
             continue
-        key = (rec["tags"].get("dataset", "?"), rec["tags"].get("method", "?"))
+        method = rec["tags"].get("method", "?")
+        runs = rec["metrics"].get("batched_runs")
+        if runs:
+            method = f"{method} (batched, R={int(runs)})"
+        key = (rec["tags"].get("dataset", "?"), method)
         cells.setdefault(key, []).append(float(t))
     datasets = sorted({d for d, _ in cells})
     order = ["sgd", "dp_sgd", "raco_dp", "dp_fermi"]
-    methods = [m for m in order if any(k[1] == m for k in cells)] + sorted({m for _, m in cells} - set(order))
+    known = {m for _, m in cells}
+    methods = [c for m in order for c in [m, *sorted(k for k in known if k.startswith(m + " (batched"))] if c in known]
+    methods += sorted(known - set(methods))
 
     def cell(d: str, m: str) -> str:
         v = cells.get((d, m))
@@ -251,7 +259,7 @@ def timing(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    header = ["dataset", *[METHOD_LABEL.get(m, m) for m in methods]]
+    header = ["dataset", *[_label(m) for m in methods]]
     rows = [[d, *[cell(d, m) for m in methods]] for d in datasets]
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
     (out_dir / f"{spec.name}.md").write_text("\n".join(md) + "\n")
@@ -260,13 +268,19 @@ def timing(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path
     width = 0.8 / max(len(methods), 1)
     for j, m in enumerate(methods):
         means = [sum(cells.get((d, m), [math.nan])) / len(cells.get((d, m), [1])) for d in datasets]
-        ax.bar([i + j * width for i in range(len(datasets))], means, width, label=METHOD_LABEL.get(m, m))
+        ax.bar([i + j * width for i in range(len(datasets))], means, width, label=_label(m))
     ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(datasets))], datasets)
     ax.set_yscale("log")
     ax.set_ylabel("time per step (ms)")
     ax.set_title(spec.title, fontsize=9)
     ax.legend(loc="best")
     return [*save(fig, out_dir, spec.name), out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.csv"]
+
+
+def _label(column: str) -> str:
+    """``raco_dp (batched, R=20)`` -> ``RaCO-DP (batched, R=20)``."""
+    method, _, rest = column.partition(" ")
+    return f"{METHOD_LABEL.get(method, method)} {rest}".strip()
 
 
 def draw(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path, *, published: Sequence[PublishedPoint] = ()) -> list[Path]:

@@ -14,7 +14,10 @@ A method module exposes
   the sample rate is 1 and ``batch_size`` is ignored),
 * optionally ``TASKS``: the tasks it trains (default ``("classification",)``; with
   ``"regression"`` it takes the squared loss on a real-valued ``data.target``),
-* ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``.
+* ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``,
+* optionally ``fit_many(data, members, *, steps, device, reporter=None) -> list[TrainResult]``:
+  the runs of a sweep group (:class:`raco_cli.methods.batched.Member`) trained as one
+  vectorised problem, each run equal to its ``fit`` (docs/batched.md).
 
 Methods never log to MLflow or print: they report through a :class:`Reporter`.
 """

@@ -76,6 +76,7 @@ from raco_cli.privacy.mechanisms import (
     gaussian_noise,
     noise_source,
     poisson_sample,
+    poisson_sample_many,
     sampling_generator,
 )
 
@@ -344,3 +345,136 @@ def fit(
         },
         releases=counts,
     )
+
+
+def fit_many(data: TabularData, members, *, steps: int, device: torch.device, reporter: Reporter | None = None) -> list[TrainResult]:
+    """:func:`fit` of the R runs of a group as one vectorised problem
+    (:mod:`raco_cli.methods.batched`): each run's lam, noise, clip norms, W radius and group
+    proportions are its own, and so are its sampling and noise streams (drawn in the order
+    :func:`fit` draws them: group counts first, then per step theta's noise then W's)."""
+    from raco_cli.methods import batched
+
+    batched.check_group(members)
+    R, specs = len(members), [m.spec for m in members]
+    for m in members:
+        validate(m.spec, m.constraints, data)
+        if m.spec.clip_norm is None or m.spec.noise_multiplier is None:
+            raise ValueError("dp_fermi needs clip_norm and noise_multiplier")
+    opts = [options(s) for s in specs]
+    lams = [o["lam"] for o in opts]
+    with_w = [_releases_w(o) for o in opts]
+    train_idx = np.asarray(data.splits["train"])
+    n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
+    q = min(1.0, specs[0].batch_size / n)
+    expected_batch = q * n
+    groups = data.group[train_idx]
+    rows = batched.GroupRows(data, train_idx, groups, [m.scaling for m in members], device, n_cells=k, neutralise_cells=False)
+    W, b, layers = batched.initial_parameters(members, device)
+    optimizer = batched.GroupOptimizer(specs, device)
+    g_sample = [sampling_generator(m.seeds.sampling, secure=m.spec.secure_rng) for m in members]
+    g_noise = batched.noise_sources(members, device)
+    counts = [{"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0} for _ in members]
+    p_hats = []
+    for r, (o, g) in enumerate(zip(opts, g_noise)):
+        p_hat, n_count = group_proportions(groups, k, o, g) if with_w[r] else (np.full(k, 1.0 / k), 0)
+        p_hats.append(p_hat)
+        counts[r]["gaussian_count"] += n_count
+    s = torch.as_tensor(1.0 / np.sqrt(np.stack(p_hats)), dtype=torch.float32, device=device)  # (R, k)
+    Wd = torch.zeros(R, k, n_cls, dtype=torch.float32, device=device)
+    std_theta = [sp.required("noise_multiplier") * sp.required("clip_norm") for sp in specs]
+    w_runs = [r for r in range(R) if with_w[r]]
+    std_w = [opts[r]["noise_multiplier_w"] * opts[r]["clip_norm_w"] for r in w_runs]
+    clip = batched.per_run([sp.clip_norm for sp in specs], device, dims=2)  # type: ignore[misc]
+    clip_w = batched.per_run([o["clip_norm_w"] for o in opts], device, dims=2)
+    reg = batched.per_run(lams, device)
+    step_w = np.array([sp.lr_dual / expected_batch for sp in specs])
+    radius = np.array([o["w_radius"] for o in opts])
+    has_w = torch.as_tensor(with_w, device=device).view(R, 1, 1)
+
+    checkpoints = batched.GroupCheckpoints(data, members, layers, device)
+    clipped, clipped_w = torch.zeros(R, dtype=torch.long), torch.zeros(R, dtype=torch.long)
+    norm_sum, nonfinite = torch.zeros(R), torch.zeros(R, dtype=torch.long)
+    batch_sum = np.zeros(R, dtype=np.int64)
+    clock = StepClock()
+
+    def record(step: int) -> None:
+        checkpoints.record(step, W, b, Wd.reshape(R, -1).cpu().numpy(), [None] * R)
+
+    record(0)
+    for t in range(1, steps + 1):
+        t0 = time.perf_counter()
+        idx, lengths = poisson_sample_many(n, q, g_sample)
+        rb = rows.gather(idx[:, 0])
+        with torch.no_grad():
+            z = batched.group_logits(W, b, rb["X"])  # (R, K, L)
+            ghot = rb["cellhot"]  # (R, L, k): each row's group
+            A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))
+            c = torch.bmm(A.transpose(1, 2), ghot.transpose(1, 2))  # (R, l, L): row i's A[g_i]
+            res = batched.clipped_sums(rb, z, c, reg_temp=reg, temperature=None, clip=clip)
+            G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()).transpose(1, 2), ghot, rb["valid"], Wd, s, clip_w)
+        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
+        clipped_w = clipped_w + nc.cpu() * torch.as_tensor(with_w)
+        for cnt in counts:
+            cnt["gaussian_gradient"] += 1
+        grads = releases.release(
+            "gradient",
+            lambda gw=res.grad_w, gb=res.grad_b: [gw + batched.gaussian_many(tuple(gw.shape[1:]), std_theta, g_noise, dtype=gw.dtype),  # type: ignore[misc]
+                                                  gb + batched.gaussian_many(tuple(gb.shape[1:]), std_theta, g_noise, dtype=gb.dtype)],
+        )
+        if w_runs:
+            for r in w_runs:
+                counts[r]["gaussian_gradient_w"] += 1
+            sel = torch.as_tensor(w_runs, device=device)
+            G_sel = G_w.index_select(0, sel)
+            noisy_w = releases.release(
+                "gradient_w",
+                lambda G=G_sel: G + batched.gaussian_many(tuple(G.shape[1:]), std_w, [g_noise[r] for r in w_runs], dtype=G.dtype),  # type: ignore[misc]
+            )
+        # simultaneous update: theta descends and W ascends on gradients taken at (theta_t, W_t)
+        optimizer.step([W, b], grads, scale=1.0 / expected_batch)
+        if w_runs:
+            stepped = Wd.index_select(0, sel) + torch.as_tensor(step_w[w_runs], dtype=torch.float32, device=device).view(-1, 1, 1) * noisy_w
+            norms = stepped.reshape(len(w_runs), -1).norm(dim=1).double().cpu().numpy()
+            factor = np.where(norms > radius[w_runs], radius[w_runs] / np.where(norms > 0, norms, 1.0), 1.0)
+            scaled = torch.where(torch.as_tensor(norms > radius[w_runs], device=device).view(-1, 1, 1),
+                                 stepped * torch.as_tensor(factor, dtype=torch.float32, device=device).view(-1, 1, 1), stepped)
+            Wd[sel] = scaled
+        clock.add(time.perf_counter() - t0)
+        batch_sum += lengths[:, 0]
+        evaluate_now = t % specs[0].eval_every == 0 or t == steps
+        batched.report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        if evaluate_now:
+            record(t)
+
+    finished = checkpoints.finish()
+    return [
+        TrainResult(
+            history=history, selected=selected, steps=steps, lam=[float(v) for v in Wd[r].flatten().cpu()], state_dict=state,
+            stats={
+                **batched.run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                                    sample_rate=q),
+                "clip_fraction_w": float(clipped_w[r]) / max(int(batch_sum[r]), 1),
+                "fermi_lambda": lams[r],
+                "group_proportions": {name: float(v) for name, v in zip(data.group_names, p_hats[r])},
+            },
+            releases=counts[r],
+        )
+        for r, (history, selected, state) in enumerate(finished)
+    ]
+
+
+def _w_gradient_sums(
+    F: torch.Tensor, ghot: torch.Tensor, valid: torch.Tensor, W: torch.Tensor, s: torch.Tensor, clip_norm: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`w_gradient_sum` of R runs: F (R, L, l), ghot (R, L, k) one-hot groups, valid
+    (R, L), W (R, k, l), s (R, k), clip_norm (R, 1); returns (R, k, l) sums and (R,) clip counts."""
+    finite = torch.isfinite(F).all(dim=2) & valid
+    F = torch.where(finite[..., None], F, torch.zeros_like(F))
+    col = (W * W).sum(dim=1)  # (R, l)
+    dist = col[:, None, :] - 2.0 * W * s[:, :, None] + (s * s)[:, :, None]  # (R, k, l)
+    norms = 2.0 * torch.sqrt((F * F * torch.bmm(ghot, dist)).sum(dim=2).clamp(min=0.0))
+    f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
+    fF = F * f[..., None]
+    by_group = torch.bmm(ghot.transpose(1, 2), fF)
+    G = 2.0 * (s[:, :, None] * by_group - W * fF.sum(dim=1)[:, None, :])
+    return G, ((norms > clip_norm) & valid).sum(dim=1)

@@ -250,8 +250,9 @@ def precursor_weights(
     Yc = Y.clamp(-V, V) if regression else Y
     d, m = Xt.shape[1], Y.shape[1]
     std_xx, std_xy = nm["precursor"] * U * U, nm["precursor"] * U * V
-    XX = releases.release("precursor_xx", lambda: Xt.t() @ Xt + _sym_noise(d, std_xx, generator).to(dev))
-    XY = releases.release("precursor_xy", lambda: Xt.t() @ Yc + gaussian_noise((d, m), std_xy, generator, dtype=torch.float64).to(dev))
+    XX_exact, XY_exact = Xt.t() @ Xt, Xt.t() @ Yc
+    XX = releases.release("precursor_xx", lambda: XX_exact + _sym_noise(d, std_xx, generator).to(dev))
+    XY = releases.release("precursor_xy", lambda: XY_exact + gaussian_noise((d, m), std_xy, generator, dtype=torch.float64).to(dev))
     ridge = o["precursor_ridge"] or 3.0 * std_xx * math.sqrt(d)
     info: dict[str, Any] = {"precursor_ridge": float(ridge)}
     try:
@@ -266,8 +267,8 @@ def precursor_weights(
         B = 1.0
         p = (Xt @ beta).clamp(0.0, 1.0) if beta is not None else torch.full_like(Y, 1.0 / m)
         r = (((Y - p) ** 2).sum(dim=1) / 2.0).clamp(max=1.0)  # Brier residual, sensitivity 1
-    sums = torch.zeros(k, dtype=torch.float64, device=dev).index_add_(0, groups, r)
-    S = releases.release("group_se", lambda: sums + gaussian_noise((k,), nm["se"] * B, generator, dtype=torch.float64).to(dev))
+    S_exact = torch.zeros(k, dtype=torch.float64, device=dev).index_add_(0, groups, r)
+    S = releases.release("group_se", lambda: S_exact + gaussian_noise((k,), nm["se"] * B, generator, dtype=torch.float64).to(dev))
     info["se_sums"] = [float(v) for v in S.cpu()]
     if beta is None or bool((S <= 0).any()):  # paper l. 12 and l. 19: no information, 1/sqrt(K) 1
         s = torch.full((k,), 1.0 / math.sqrt(k), dtype=torch.float64, device=dev)

@@ -7,6 +7,8 @@ plan checks the budget, or scales both noise multipliers when ``calibrate_noise`
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import ModuleType
 
@@ -17,6 +19,8 @@ from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import accountant, limits
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ def describe(spec: MethodSpec, constrained: bool) -> str:
     return ", ".join(parts)
 
 
+_CACHE: OrderedDict[str, PrivacyPlan] = OrderedDict()
+_CACHE_SIZE = 512
+
+
 def plan(
     method: ModuleType,
     spec: MethodSpec,
@@ -81,7 +89,37 @@ def plan(
     constrained: bool,
     discretization: float = accountant.DEFAULT_DISCRETIZATION,
 ) -> PrivacyPlan:
+    """:func:`plan_uncached`, memoised by its inputs: the runs of a sweep that differ only in
+    seed or gamma (or anything else the plan does not read) share one plan, computed once
+    per process (calibrating noise accounts hundreds of PLDs)."""
+    key = repr((method.NAME, spec, n_train, eps, delta, constrained, discretization))
+    cached = _CACHE.get(key)
+    if cached is not None:
+        _CACHE.move_to_end(key)
+        return cached
+    result = plan_uncached(method, spec, n_train=n_train, eps=eps, delta=delta, constrained=constrained, discretization=discretization)
+    _CACHE[key] = result
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return result
+
+
+def plan_uncached(
+    method: ModuleType,
+    spec: MethodSpec,
+    *,
+    n_train: int,
+    eps: float,
+    delta: float,
+    constrained: bool,
+    discretization: float = accountant.DEFAULT_DISCRETIZATION,
+) -> PrivacyPlan:
     """Resolve steps/noise of a run so that eps(run) <= eps.
+
+    Budget use: with ``steps=null`` T is the largest number of steps within the budget; when
+    that reaches ``max_steps`` the budget is not spent, so every noise multiplier is then
+    scaled down (calibrated, as ``calibrate_noise``) until eps_spent is within 1 % of eps,
+    unless the noise floor (:mod:`raco_cli.privacy.limits`) stops it (logged in one line).
 
     Raises:
         PrivacyBudgetError: the budget cannot be met with these settings.
@@ -111,6 +149,8 @@ def plan(
             extra = None if not once else once[0] if len(once) == 1 else dpa.ComposedDpEvent(once)
             steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q,
                                          extra=extra)
+        if steps == spec.max_steps:
+            spec = _spend_budget(method, spec, q, steps, budget, constrained)
     else:
         steps = spec.steps
         if spec.calibrate_noise:
@@ -131,6 +171,37 @@ def plan(
             )
         )
     return PrivacyPlan(spec, steps, q, event, eps_planned)
+
+
+USE_TOLERANCE = 0.01  # a run whose T hits max_steps spends at least 99 % of eps
+
+
+def _spend_budget(method: ModuleType, spec: MethodSpec, q: float, steps: int, budget: accountant.Budget, constrained: bool) -> MethodSpec:
+    """``spec`` with its noise scaled down so that ``max_steps`` steps spend the budget
+    (within :data:`USE_TOLERANCE`); unchanged, with one log line, when they already do or the
+    noise floor forbids less noise."""
+    eps_now = accountant.epsilon(run_event(method, spec, q, steps, constrained=constrained), budget.delta,
+                                 discretization=budget.discretization)
+    if eps_now >= (1.0 - USE_TOLERANCE) * budget.eps:
+        return spec
+
+    def scaled(s: float) -> dpa.DpEvent:
+        return run_event(method, _scale_noise(spec, s), q, steps, constrained=constrained)
+
+    floor = _min_noise_scale(spec)
+    factor = accountant.calibrate_noise_scale(scaled, budget, steps=steps, sample_rate=q, whole_run=True, min_scale=floor,
+                                              rel_tol=USE_TOLERANCE / 20)
+    if factor >= 1.0:
+        return spec
+    calibrated = _scale_noise(spec, factor)
+    eps_new = accountant.epsilon(scaled(factor), budget.delta, discretization=budget.discretization)
+    if eps_new < (1.0 - USE_TOLERANCE) * budget.eps:
+        log.info("Budget use: %d steps (method.max_steps) spend eps=%.4g of %.4g even at the noise floor "
+                 "(noise scaled by %.4g); raise method.max_steps to use the rest.", steps, eps_new, budget.eps, factor)
+    else:
+        log.info("Budget use: T reached method.max_steps=%d; noise scaled by %.4g so that eps_spent=%.4g of %.4g.",
+                 steps, factor, eps_new, budget.eps)
+    return calibrated
 
 
 def _max_steps_of_run(method: ModuleType, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool) -> int:

@@ -33,3 +33,10 @@ def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True
 
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
     return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
+
+
+def fit_many(data, members, *, steps, device, reporter=None):
+    """The runs of a group as one vectorised problem (:mod:`raco_cli.methods.batched`)."""
+    from raco_cli.methods import batched
+
+    return batched.run_core(data, members, flags=FLAGS, steps=steps, device=device, reporter=reporter)

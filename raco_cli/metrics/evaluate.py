@@ -27,33 +27,58 @@ STANDARD_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
-def softmax(z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise ``softmax(temperature * z)``, shape preserved.
+def softmax(z: np.ndarray, temperature: float | np.ndarray = 1.0, *, axis: int = -1) -> np.ndarray:
+    """``softmax(temperature * z)`` over ``axis`` (the classes; default the last), shape preserved.
 
     Rows with non-finite logits (an input row with NaN/inf features) give NaN
     probabilities, reported as such (null in summary.json), without warnings.
     """
     with np.errstate(invalid="ignore", over="ignore"):
         s = temperature * np.asarray(z, dtype=np.float64)
-        s = s - s.max(axis=1, keepdims=True)
+        s = s - s.max(axis=axis, keepdims=True)
         e = np.exp(s)
-        return e / e.sum(axis=1, keepdims=True)
+        return e / e.sum(axis=axis, keepdims=True)
 
 
-def _group_rate(mask_event: np.ndarray, mask_cond: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """``P(event | cond, group=g)`` per group, NaN for groups without conditioning rows."""
-    out = np.full(n_groups, np.nan)
-    for g in range(n_groups):
-        sel = mask_cond & (group == g)
-        if sel.any():
-            out[g] = mask_event[sel].mean()
+def _group_rates(event: np.ndarray, cond: np.ndarray, onehot_group: np.ndarray) -> np.ndarray:
+    """``P(event | cond, group=g)`` of R runs, shape (R, G); NaN for groups without
+    conditioning rows.  ``event`` (R, n) bool, ``cond`` (n,) bool, ``onehot_group`` (n, G).
+
+    Counts of 0/1 values are exact in float64 whatever the summation order, so every run gets
+    the same value as a mean over its own rows."""
+    member = onehot_group * cond[:, None]
+    counts = member.sum(axis=0)
+    # float32 sums of 0/1 values are exact below 2^24 rows, and twice as fast
+    hits = (event.astype(np.float32) @ member.astype(np.float32)).astype(np.float64) if len(cond) < 2**24 else event @ member
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, hits / np.where(counts > 0, counts, 1.0), np.nan)
+
+
+def _spreads(rates: np.ndarray) -> np.ndarray:
+    """Per run: max - min over the finite entries (0 with fewer than two), shape (R,)."""
+    finite = np.isfinite(rates)
+    hi = np.where(finite, rates, -np.inf).max(axis=1)
+    lo = np.where(finite, rates, np.inf).min(axis=1)
+    return np.where(finite.sum(axis=1) >= 2, hi - lo, 0.0)
+
+
+def _fairness_many(y: np.ndarray, pred: np.ndarray, onehot_group: np.ndarray, *, n_classes: int) -> dict[str, np.ndarray]:
+    everyone = np.ones_like(y, dtype=bool)
+    if n_classes == 2:
+        dp = _spreads(_group_rates(pred == 1, everyone, onehot_group))
+    else:
+        dp = np.max([_spreads(_group_rates(pred == k, everyone, onehot_group)) for k in range(n_classes)], axis=0)
+    out = {"dp_gap": dp}
+    if n_classes == 2:
+        pos, neg = y == 1, y == 0
+        tpr = _spreads(_group_rates(pred == 1, pos, onehot_group))
+        fpr_g = _spreads(_group_rates(pred == 1, neg, onehot_group))
+        out["eop_gap"] = tpr
+        out["eo_gap"] = np.maximum(tpr, fpr_g)
+        nan = np.full(pred.shape[0], np.nan)
+        out["fnr"] = (pred[:, pos] == 0).mean(axis=1) if pos.any() else nan
+        out["fpr"] = (pred[:, neg] == 1).mean(axis=1) if neg.any() else nan
     return out
-
-
-def _spread(rates: np.ndarray) -> float:
-    """max - min over the finite entries (0 with fewer than two)."""
-    finite = rates[np.isfinite(rates)]
-    return float(finite.max() - finite.min()) if len(finite) >= 2 else 0.0
 
 
 def fairness_metrics(y: np.ndarray, pred: np.ndarray, group: np.ndarray, *, n_classes: int, n_groups: int) -> dict[str, float]:
@@ -65,20 +90,14 @@ def fairness_metrics(y: np.ndarray, pred: np.ndarray, group: np.ndarray, *, n_cl
       ``equalized_odds_difference``); ``eop_gap``: the TPR spread (equal opportunity).
     * ``fnr`` / ``fpr``: overall false-negative / false-positive rates, positive class 1.
     """
-    everyone = np.ones_like(y, dtype=bool)
-    if n_classes == 2:
-        dp = _spread(_group_rate(pred == 1, everyone, group, n_groups))
-    else:
-        dp = max(_spread(_group_rate(pred == k, everyone, group, n_groups)) for k in range(n_classes))
-    out = {"dp_gap": dp}
-    if n_classes == 2:
-        pos, neg = y == 1, y == 0
-        tpr = _group_rate(pred == 1, pos, group, n_groups)
-        fpr_g = _group_rate(pred == 1, neg, group, n_groups)
-        out["eop_gap"] = _spread(tpr)
-        out["eo_gap"] = max(_spread(tpr), _spread(fpr_g))
-        out["fnr"] = float((pred[pos] == 0).mean()) if pos.any() else float("nan")
-        out["fpr"] = float((pred[neg] == 1).mean()) if neg.any() else float("nan")
+    y = np.asarray(y)
+    many = _fairness_many(y, np.asarray(pred)[None], _onehot(np.asarray(group), n_groups), n_classes=n_classes)
+    return {k: float(v[0]) for k, v in many.items()}
+
+
+def _onehot(index: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((len(index), width))
+    out[np.arange(len(index)), index] = 1.0
     return out
 
 
@@ -101,32 +120,114 @@ def evaluate(
         (maps group name -> value), ``n``, and ``constraints``: per family (see
         :func:`family_metrics`).
     """
+    return evaluate_many(np.asarray(logits)[None], y, group, constraints=[constraints], temperatures=[temperature],
+                         group_names=group_names)[0]
+
+
+def evaluate_many(
+    logits: np.ndarray,
+    y: np.ndarray,
+    group: np.ndarray,
+    *,
+    constraints: Sequence[ConstraintSet],
+    temperatures: Sequence[float],
+    group_names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """:func:`evaluate` of R runs on one split at once (batched training, docs/batched.md).
+
+    Args:
+        logits: (R, n, K) logits of every run on the split's rows.
+        constraints: one set per run; they may differ only in gamma (same partition and
+            weights), as in a sweep group.
+        temperatures: tau of each run (the soft constraint values).
+
+    Returns:
+        One dict per run, as :func:`evaluate` returns.
+    """
     logits = np.asarray(logits, dtype=np.float64)
-    y = np.asarray(y)
-    group = np.asarray(group)
+    if logits.shape[2] == 2:
+        with np.errstate(invalid="ignore"):  # inf - inf of a non-finite row: nan, predicted class 0 as argmax does
+            margin = logits[:, :, 1] - logits[:, :, 0]
+        return evaluate_binary_many(margin, y, group, constraints=constraints,
+                                    temperatures=temperatures, group_names=group_names)
+    y, group = np.asarray(y), np.asarray(group)
+    R, n, K = logits.shape
+    # class-major (R, K, n): reductions over the short class axis run along contiguous rows
+    zt = np.ascontiguousarray(logits.transpose(0, 2, 1))
+    pred = zt.argmax(axis=1)  # (R, n)
+    p = softmax(zt, axis=1)
+    with np.errstate(divide="ignore"):
+        nll = -np.log(np.clip(np.take_along_axis(p, np.broadcast_to(y[None, None, :], (R, 1, n)), axis=1)[:, 0], 1e-300, None))
+    hists = []
+    if not constraints[0].is_empty:
+        cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
+        temps = np.asarray(temperatures, dtype=np.float64)[:, None, None]
+        hard = (pred[:, None, :] == np.arange(K)[None, :, None]).astype(np.float64)
+        hists = [np.matmul(probs, cellhot).transpose(0, 2, 1) for probs in (hard, softmax(zt, temps, axis=1))]  # (R, Q, K)
+    return _assemble(y, group, pred, nll, hists, constraints=constraints, group_names=group_names, n_classes=K)
+
+
+def evaluate_binary_many(
+    margin: np.ndarray,
+    y: np.ndarray,
+    group: np.ndarray,
+    *,
+    constraints: Sequence[ConstraintSet],
+    temperatures: Sequence[float],
+    group_names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """:func:`evaluate_many` of a binary task from the margins ``z_1 - z_0`` (R, n): the
+    softmax of two logits is the logistic function of their difference, so an evaluation
+    needs one array per run, not two (``p_1 = 1 / (1 + exp(-tau d))``, the loss
+    ``-log p_y = log(1 + exp(-(2y - 1) d))``, the arg-max ``d > 0``, ties to class 0)."""
+    d = np.asarray(margin, dtype=np.float64)
+    y, group = np.asarray(y), np.asarray(group)
+    pred = (d > 0).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nll = np.minimum(np.logaddexp(0.0, -(2.0 * y - 1.0) * d), -np.log(1e-300))
+    hists = []
+    if not constraints[0].is_empty:
+        cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
+        temps = np.asarray(temperatures, dtype=np.float64)[:, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            soft = 1.0 / (1.0 + np.exp(-temps * d))
+        for p1 in (pred.astype(np.float64), soft):
+            hists.append(np.stack([(1.0 - p1) @ cellhot, p1 @ cellhot], axis=2))  # (R, Q, 2)
+    return _assemble(y, group, pred, nll, hists, constraints=constraints, group_names=group_names, n_classes=2)
+
+
+def _assemble(
+    y: np.ndarray, group: np.ndarray, pred: np.ndarray, nll: np.ndarray, hists: list[np.ndarray], *,
+    constraints: Sequence[ConstraintSet], group_names: Sequence[str], n_classes: int,
+) -> list[dict[str, Any]]:
+    """The per-run metric dicts from predictions (R, n), per-row losses (R, n) and the exact
+    hard and soft histograms (R, Q, K) of the split (none without constraints)."""
+    R, n = pred.shape
+    K = n_classes
     n_groups = len(group_names)
-    K = logits.shape[1]
-    pred = logits.argmax(axis=1)
-    p = softmax(logits)
-    loss = float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
-    out: dict[str, Any] = {"n": int(len(y)), "accuracy": float((pred == y).mean()), "loss": loss}
-    cells = constraints.cells(y, group)
-    values = {}
-    for kind, probs in (("hard", np.eye(K)[pred]), ("soft", softmax(logits, temperature))):
-        if constraints.is_empty:
-            values[kind] = np.zeros(0)
-        else:
-            values[kind] = constraints.gamma_post(constraints.histogram(probs, cells), floor=None)
-        out[f"constraint_values_{kind}"] = [float(v) for v in values[kind]]
-        out[f"constraint_max_{kind}"] = _max(values[kind])
-        out[f"violation_{kind}"] = _max(values[kind] - constraints.gamma)
-    out["satisfied"] = bool(out["violation_hard"] <= 0.0)
-    out.update(fairness_metrics(y, pred, group, n_classes=K, n_groups=n_groups))
-    out["constraints"] = family_metrics(constraints, values["hard"], values["soft"], out)
-    acc_g = _group_rate(pred == y, np.ones_like(y, dtype=bool), group, n_groups)
-    pos_g = _group_rate(pred == (K - 1), np.ones_like(y, dtype=bool), group, n_groups)
-    out["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g)}
-    out["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g)}
+    loss = nll.mean(axis=1) if n else np.full(R, np.nan)
+    accuracy = (pred == y).mean(axis=1) if n else np.full(R, np.nan)
+    values: dict[str, np.ndarray] = {}
+    for i, kind in enumerate(("hard", "soft")):
+        values[kind] = np.stack([c.gamma_post(hists[i][r], floor=None) for r, c in enumerate(constraints)]) if hists else np.zeros((R, 0))
+    group_hot = _onehot(group, n_groups)
+    fair = _fairness_many(y, pred, group_hot, n_classes=K)
+    acc_g = _group_rates(pred == y, np.ones_like(y, dtype=bool), group_hot)
+    pos_g = _group_rates(pred == (K - 1), np.ones_like(y, dtype=bool), group_hot)
+    out = []
+    for r, cons in enumerate(constraints):
+        m: dict[str, Any] = {"n": int(n), "accuracy": float(accuracy[r]), "loss": float(loss[r])}
+        for kind in ("hard", "soft"):
+            v = values[kind][r]
+            m[f"constraint_values_{kind}"] = [float(x) for x in v]
+            m[f"constraint_max_{kind}"] = _max(v)
+            m[f"violation_{kind}"] = _max(v - cons.gamma)
+        m["satisfied"] = bool(m["violation_hard"] <= 0.0)
+        m.update({name: float(v[r]) for name, v in fair.items()})
+        m["constraints"] = family_metrics(cons, values["hard"][r], values["soft"][r], m)
+        m["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g[r])}
+        m["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g[r])}
+        out.append(m)
     return out
 
 
@@ -187,7 +288,8 @@ def evaluate_regression(pred: np.ndarray, target: np.ndarray, group: np.ndarray,
     err = (pred - np.asarray(target, dtype=np.float64)) ** 2
     group = np.asarray(group)
     n_groups = len(group_names)
-    per_group = _group_rate(err, np.ones_like(err, dtype=bool), group, n_groups)
+    # exact float64 means (the float32 counting of _group_rates is for 0/1 events only)
+    per_group = np.array([err[group == g].mean() if (group == g).any() else np.nan for g in range(n_groups)])
     mspe = float(err.mean()) if len(err) else float("nan")
     return {
         "n": int(len(err)),
@@ -195,6 +297,6 @@ def evaluate_regression(pred: np.ndarray, target: np.ndarray, group: np.ndarray,
         "loss": mspe,
         "group_mspe": {name: _nan_to_none(v) for name, v in zip(group_names, per_group)},
         "worst_group_mspe": _max(per_group),
-        "mspe_gap": _spread(per_group),
+        "mspe_gap": float(_spreads(per_group[None, :])[0]),
         "satisfied": True,
     }

@@ -235,6 +235,21 @@ def rho_epsilon(rho: float, delta: float, *, discretization: float = DEFAULT_DIS
     return epsilon(dpa.GaussianDpEvent(noise_for_rho(rho)), delta, discretization=discretization)
 
 
+_EPSILON_CACHE: dict[tuple[str, float, float], float] = {}
+
+
+def cached_epsilon(event: dpa.DpEvent, delta: float, *, discretization: float = DEFAULT_DISCRETIZATION) -> float:
+    """:func:`epsilon`, memoised by the event's full text (events are immutable and their
+    ``repr`` lists every parameter): the runs of a sweep group that share a plan re-account
+    the same tree once, not once each."""
+    key = (repr(event), float(delta), float(discretization))
+    if key not in _EPSILON_CACHE:
+        if len(_EPSILON_CACHE) > 1024:
+            _EPSILON_CACHE.clear()
+        _EPSILON_CACHE[key] = epsilon(event, delta, discretization=discretization)
+    return _EPSILON_CACHE[key]
+
+
 def step_pld(step: dpa.DpEvent, *, discretization: float) -> pld_lib.PrivacyLossDistribution | None:
     """The PLD of one step (None when the step is non-private)."""
     acc = RacoPLDAccountant(discretization)

@@ -121,8 +121,10 @@ def poisson_sample(
             last = float(pos[-1])
         positions = parts[0] if len(parts) == 1 else np.concatenate(parts)
         idx = positions[positions < total].astype(np.int64)
-    cuts = np.searchsorted(idx, np.arange(1, count) * n)
-    return [torch.from_numpy(b - i * n).to(device) for i, b in enumerate(np.split(idx, cuts))]
+    if count == 1:
+        return [torch.from_numpy(idx).to(device)]
+    bounds = [0, *np.searchsorted(idx, np.arange(1, count) * n).tolist(), len(idx)]
+    return [torch.from_numpy(idx[bounds[i] : bounds[i + 1]] - i * n).to(device) for i in range(count)]
 
 
 def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -149,3 +151,61 @@ def gaussian_noise(shape: tuple[int, ...], std: float, generator: NoiseSource, *
         z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * torch.pi * u[1])
         return (std * z).to(dtype)
     return std * torch.randn(shape, generator=generator, dtype=dtype, device=generator.device)
+
+
+def poisson_sample_many(
+    n: int, sample_rate: float, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`poisson_sample` of R runs at once, each from its own generator (batched training).
+
+    Run r's samples are exactly ``poisson_sample(n, q, generators[r], count=count)``: the
+    same uniforms are drawn from its generator in the same order (one chunk, more only in the
+    rare case one chunk does not reach the end), and the gap arithmetic is elementwise.
+
+    Returns:
+        ``(idx, lengths)``: ``idx`` (R, count, B) int64, row ``idx[r, k, :lengths[r, k]]``
+        the k-th sample of run r (sorted), padded with ``n`` (an index past the rows, for a
+        zero pad row); ``lengths`` (R, count) int64.  B is the longest sample of the call.
+    """
+    R, total = len(generators), count * n
+    if sample_rate >= 1.0 or R == 0:
+        rows = [np.arange(total, dtype=np.int64)] * R
+    else:
+        expected = total * sample_rate
+        chunk = int(expected + 6.0 * expected**0.5 + 16)
+        log_keep = math.log1p(-sample_rate)
+        U = np.stack([g.random(chunk) for g in generators]) if R else np.zeros((0, chunk))
+        positions = np.cumsum(np.floor(np.log1p(-U) / log_keep) + 1.0, axis=1) - 1.0
+        short = np.flatnonzero(positions[:, -1] < total)
+        if len(short) == 0:  # the usual case: one chunk per run, vectorised
+            return _blocks(positions, n, count)
+        rows = []
+        for r in range(R):  # as poisson_sample: more chunks until the end is passed
+            parts, last = [positions[r]], float(positions[r, -1])
+            while last < total:
+                pos = np.cumsum(np.floor(np.log1p(-generators[r].random(chunk)) / log_keep) + 1.0) + last
+                parts.append(pos)
+                last = float(pos[-1])
+            p = np.concatenate(parts)
+            rows.append(p[p < total])
+    width = max(len(r) for r in rows) if rows else 0
+    positions = np.full((R, width + 1), float(total))
+    for r, p in enumerate(rows):
+        positions[r, : len(p)] = p
+    return _blocks(positions, n, count)
+
+
+def _blocks(positions: np.ndarray, n: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut sorted virtual positions (R, L) over ``count * n`` rows into ``count`` padded samples."""
+    R = positions.shape[0]
+    ends = np.stack([(positions < (k + 1) * n).sum(axis=1) for k in range(count)], axis=1)  # (R, count)
+    starts = np.concatenate([np.zeros((R, 1), dtype=ends.dtype), ends[:, :-1]], axis=1)
+    lengths = (ends - starts).astype(np.int64)
+    width = int(lengths.max()) if lengths.size else 0
+    offs = np.arange(width)
+    idx = np.full((R, count, width), n, dtype=np.int64)
+    for k in range(count):
+        take = np.minimum(starts[:, k : k + 1] + offs, positions.shape[1] - 1)
+        vals = np.take_along_axis(positions, take, axis=1).astype(np.int64) - k * n
+        idx[:, k] = np.where(offs < lengths[:, k : k + 1], vals, n)
+    return idx, lengths

@@ -89,19 +89,51 @@ def moments_to_scaling(noisy: np.ndarray, n: int, noise_multiplier: float) -> tu
     return mean, np.sqrt(var)
 
 
+def dp_scaling(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+    """The release of :func:`dp_standardize` and its post-processing: per-column (mean, std)
+    of ``u = (x + 1) / 2`` for the first :func:`numeric_features` columns (module docstring).
+
+    Batched training (docs/batched.md) keeps one public X for the group and applies each
+    run's scaling to the rows it gathers (:func:`standardize_columns`), so R runs never hold
+    R copies of the features."""
+    m = numeric_features(data)
+    train = np.asarray(data.splits["train"])
+    train_u = _unit(np.asarray(data.rows(train))[:, :m])
+    noisy = releases.release("preprocessing", lambda: noisy_moments(train_u, noise_multiplier, source))
+    return moments_to_scaling(np.asarray(noisy), len(train), noise_multiplier)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    # clip: float32 rounding of the public map
+    return np.clip((np.asarray(x, dtype=np.float32).astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
+
+
+def standardize_columns(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """The publicly scaled columns ``x`` (..., m) in [-1, 1] standardised by (mean, std) of
+    ``u = (x + 1) / 2``, computed in float64 and rounded to float32 (bit for bit what
+    :func:`dp_standardize` writes into X).
+
+    >>> standardize_columns(np.array([[0.0]], dtype=np.float32), np.array([0.25]), np.array([0.5])).tolist()
+    [[0.5]]
+    """
+    return ((_unit(x) - mean) / std).astype(np.float32)
+
+
 def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> TabularData:
     """``data`` with its publicly scaled numeric columns standardised by DP estimates
     (module docstring); the release goes through :func:`raco_cli.privacy.releases.release`."""
     m = numeric_features(data)
     if m == 0:
         return data
+    mean, std = dp_scaling(data, noise_multiplier=noise_multiplier, source=source)
+    return apply_scaling(data, mean, std)
+
+
+def apply_scaling(data: TabularData, mean: np.ndarray, std: np.ndarray) -> TabularData:
+    """``data`` with the first ``len(mean)`` columns standardised (:func:`standardize_columns`)."""
+    m = len(mean)
     X = np.array(data.X, dtype=np.float32, copy=True)
-    train = np.asarray(data.splits["train"])
-    u = np.clip((X[:, :m].astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)  # clip: float32 rounding of the public map
-    train_u = u[train]
-    noisy = releases.release("preprocessing", lambda: noisy_moments(train_u, noise_multiplier, source))
-    mean, std = moments_to_scaling(np.asarray(noisy), len(train), noise_multiplier)
-    X[:, :m] = ((u - mean) / std).astype(np.float32)
+    X[:, :m] = standardize_columns(X[:, :m], mean, std)
     # the scaling of the public encoding x in [-1, 1]: standardised = ((x + 1) / 2 - mean) / std
     scaling: dict[str, Any] = {
         name: {"mean": float(a), "std": float(s)} for name, a, s in zip(data.feature_names[:m], mean, std)

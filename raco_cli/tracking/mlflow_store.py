@@ -179,6 +179,22 @@ def process_identity() -> dict[str, str]:
     }
 
 
+# "host pid start" of the process that launched a sweep, exported to its jobs by launchers
+# whose jobs are separate processes (cli/slurm.py): the sweep's parent run carries it, so the
+# parent is not stale while the sweep waits for its jobs, even once the job that created it ended
+SWEEP_PROCESS_ENV = "RACO_SWEEP_PROCESS"
+
+
+def sweep_process_identity() -> dict[str, str]:
+    """Tags identifying the process that launched the current sweep (this process when no
+    launcher exported one)."""
+    identity = process_identity()
+    fields = os.environ.get(SWEEP_PROCESS_ENV, "").split()
+    if len(fields) == 3 and fields[1].isdigit():
+        identity.update({"raco.host": fields[0], "raco.pid": fields[1], "raco.pid_start": fields[2]})
+    return identity
+
+
 def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
     """Why a RUNNING run is stale (its process is gone), or None when it may still be alive.
 
@@ -251,8 +267,31 @@ def close_sweep(uri: str, sweep_dir: Path) -> None:
     retrying(c.set_terminated, parent, status="FINISHED" if ok else "FAILED")
 
 
+def fail_run(uri: str, run_id: str, error: str) -> str:
+    """Mark a RUNNING run whose process is gone (e.g. a SLURM task cancelled or killed) FAILED,
+    with the reason in ``raco.error``; a run that already ended keeps its status.  The run's
+    status afterwards."""
+    c = client(uri)
+    status = str(retrying(c.get_run, run_id).info.status)
+    if status != "RUNNING":
+        return status
+    retrying(c.set_tag, run_id, "raco.error", error[:5000])
+    retrying(c.set_terminated, run_id, status="FAILED")
+    return "FAILED"
+
+
+_STALE_CHECKED: set[str] = set()
+_client = client
+
+
 class RunRecorder:
-    """One MLflow run; also the :class:`Reporter` a method reports evaluations to."""
+    """One MLflow run; also the :class:`Reporter` a method reports evaluations to.
+
+    ``client``: an MlflowClient to share (the runs of a sweep group: one connection, one
+    stale-run check); ``buffered``: evaluation metrics are kept and logged in bulk when the
+    run ends (a group's runs evaluate together, and a store write per run per evaluation
+    would cost more than the training).
+    """
 
     def __init__(
         self,
@@ -263,18 +302,26 @@ class RunRecorder:
         params: Mapping[str, Any],
         tags: Mapping[str, str],
         parent_sweep_dir: Path | None = None,
+        client: Any = None,
+        buffered: bool = False,
     ) -> None:
         from mlflow.entities import Param, RunTag
 
-        self.client = client(uri)
+        shared = client is not None
+        self.client = client if shared else _client(uri)
         self.experiment_id = experiment_id(self.client, experiment, uri)
-        mark_stale_runs(self.client, self.experiment_id)
+        if not shared or self.experiment_id not in _STALE_CHECKED:  # a group's runs share one client and one check
+            mark_stale_runs(self.client, self.experiment_id)
+            if shared:
+                _STALE_CHECKED.add(self.experiment_id)
+        self.buffered = buffered
+        self._pending: list[Any] = []
         tags = {**dict(tags), **process_identity()}
         self._last_beat = time.time()
         if parent_sweep_dir is not None:
             parent = sweep_parent(
                 self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}",
-                tags=process_identity(),
+                tags=sweep_process_identity(),
             )
             tags["mlflow.parentRunId"] = parent
         run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
@@ -310,7 +357,19 @@ class RunRecorder:
                 metrics[f"{split}/noisy_violation"] = m["noisy_violation"]
         if record.lam:
             metrics["dual/lambda_max"] = max(record.lam)
+        if self.buffered:
+            from mlflow.entities import Metric
+
+            ts = int(time.time() * 1000)
+            self._pending.extend(Metric(k, float(v), ts, record.step) for k, v in metrics.items())
+            return
         self.log_metrics(metrics, step=record.step)
+
+    def flush(self) -> None:
+        """Log the buffered evaluation metrics (1000 per request, MLflow's limit)."""
+        pending, self._pending = self._pending, []
+        for start in range(0, len(pending), 1000):
+            retrying(self.client.log_batch, self.run_id, metrics=pending[start : start + 1000])
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -327,8 +386,11 @@ class RunRecorder:
         retrying(self.client.log_artifact, self.run_id, str(path))
 
     def finish(self, status: str) -> None:
-        """Mark the run FINISHED, FAILED or KILLED."""
-        retrying(self.client.set_terminated, self.run_id, status=status)
+        """Log what is buffered and mark the run FINISHED, FAILED or KILLED."""
+        try:
+            self.flush()
+        finally:
+            retrying(self.client.set_terminated, self.run_id, status=status)
 
 
 def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any]:

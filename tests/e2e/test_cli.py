@@ -59,7 +59,17 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
     from raco_cli.tracking.summary import validate
 
     assert validate(summary) == []
-    assert summary["eps_spent"] <= 2.0 and summary["method"] == "raco_dp" and summary["sampling"] == "independent"
+    assert summary["method"] == "raco_dp" and summary["sampling"] == "independent"
+    # eps_spent <= eps alone cannot fail (train.py refuses to write otherwise): recompose the run
+    # from its summary with dp-accounting's constructors, independently of raco's accountant
+    from oracles import summary_epsilon
+
+    from raco_cli.data import synthetic
+
+    assert summary["sample_rate"] == pytest.approx(200 / len(synthetic.load().splits["train"]))
+    assert summary["stats"]["releases"] == {"laplace_histogram": summary["steps"], "gaussian_gradient": summary["steps"]}
+    assert summary["eps_spent"] == pytest.approx(summary_epsilon(summary, constrained=True), rel=2e-3)
+    assert summary["eps_spent"] <= 2.0
     # privacy.scope=model (the default): test metrics and noisy releases only, no exact
     # training/validation statistic anywhere in the records
     assert summary["privacy_scope"] == "model" and set(summary["metrics"]) == {"test", "release"}
@@ -133,7 +143,7 @@ def test_multirun_joblib_launcher(tmp_path):
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
 
 
-@pytest.mark.data
+@pytest.mark.data("adult")
 def test_train_adult_small_slice(tmp_path):
     run_dir = tmp_path / "run"
     res = raco("train", "dataset=adult", "constraint=dp", "eps=1", "dataset.subset=3000", "tracking=none",

@@ -22,7 +22,10 @@ def _sweep(tmp_path: Path, uri: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "raco_cli", "train", "--multirun", "dataset=synthetic", f"seed=range(0,{JOBS})",
          "method.batch_size=200", "method.max_steps=20", "method.eval_every=5", "hydra/launcher=joblib",
          f"hydra.launcher.n_jobs={JOBS}", f"tracking.uri={uri}", "tracking.experiment=conc",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+         f"hydra.sweep.dir={tmp_path / 'sweep'}",
+         # one process per run (grouping would make these 8 runs one batched job) and curves drawn, as in
+         # the sweeps this test was written for: concurrent writers of every kind of record
+         "hydra.sweeper.group=false", "tracking.curves=true"],
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )
 

@@ -107,8 +107,10 @@ def test_missing_data_exits_2_with_the_fetch_command(tmp_path, capsys, monkeypat
     )
 
 
-@pytest.mark.data
-def test_data_list_shows_the_mirror_verified(tmp_path, capsys):
+@pytest.mark.data("adult", "credit", "heart", "parkinsons")
+def test_data_list_shows_the_mirror_verified(tmp_path, capsys, mirror_dir):
+    for name in ("adult", "credit", "heart", "parkinsons"):
+        mirror_dir(name)  # in the mirror, not only in datasets/
     code, out, err = run_main(capsys, "data", "--data-dir", str(tmp_path), "list")
     assert code == 0, err
     for name in ("adult", "credit", "heart", "parkinsons"):
@@ -116,17 +118,21 @@ def test_data_list_shows_the_mirror_verified(tmp_path, capsys):
         assert "present (mirror, verified)" in line, line
 
 
-@pytest.mark.data
-@pytest.mark.parametrize("name,rows,features", [("adult", 45_222, 102), ("credit", 30_000, 85), ("parkinsons", 5_875, 19), ("heart", 253_680, 21)])
-def test_data_info_numbers(tmp_path, capsys, name, rows, features):
+@pytest.mark.parametrize("name,rows,features", [
+    pytest.param(name, rows, features, marks=pytest.mark.data(name))
+    for name, rows, features in (("adult", 45_222, 102), ("credit", 30_000, 85), ("parkinsons", 5_875, 19), ("heart", 253_680, 21))
+])
+def test_data_info_numbers(tmp_path, capsys, mirror_dir, name, rows, features):
+    mirror_dir(name)  # read through the mirror (--data-dir is an empty directory)
     code, out, err = run_main(capsys, "data", "--data-dir", str(tmp_path), "info", name)
     assert code == 0, err
     assert out.startswith(f"{name}: {rows} rows, {features} features, 2 classes, 2 groups")
 
 
-@pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["dataset=credit"], ["experiment=parkinsons_dp"], ["experiment=heart_dp"]])
+@pytest.mark.parametrize("args", [pytest.param(["dataset=credit"], marks=pytest.mark.data("credit")),
+                                  pytest.param(["experiment=parkinsons_dp"], marks=pytest.mark.data("parkinsons")),
+                                  pytest.param(["experiment=heart_dp"], marks=pytest.mark.data("heart"))])
 def test_train_real_tabular_datasets(tmp_path, args):
     """The acceptance runs on the mirror (minutes): eps=1, DP, finite metrics, eps spent <= 1."""
     run_dir = tmp_path / "run"

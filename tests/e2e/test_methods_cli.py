@@ -10,6 +10,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from raco_cli.data import synthetic
+
+N_TRAIN = len(synthetic.load().splits["train"])  # dataset=synthetic's defaults (conf/dataset/synthetic.yaml)
+
 
 def raco(*args, cwd):
     return subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=cwd, capture_output=True, text=True,
@@ -22,7 +28,14 @@ def _check(summary, name):
     assert validate(summary) == []
     assert summary["method"] == name
     if summary["private"]:
+        # eps_spent <= eps alone cannot fail (train.py refuses to write otherwise): recompose
+        # the run from its summary, independently of raco's accountant and event trees
+        from oracles import summary_epsilon
+
+        assert summary["eps_spent"] == pytest.approx(summary_epsilon(summary, constrained=name != "dpse"), rel=2e-3)
         assert 0 < summary["eps_spent"] <= 2.0
+        if name != "dpse":
+            assert summary["sample_rate"] == pytest.approx(200 / N_TRAIN)  # q = B / n_train, as trained
     else:
         assert summary["eps_spent"] is None
     model_scope = summary["private"] and summary["privacy_scope"] == "model"

@@ -104,8 +104,10 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path):
 def test_killed_sweep_resumes_with_only_the_missing_runs(tmp_path):
     """SIGKILL a sequential sweep once a run has finished; the re-run skips the finished runs."""
     db = tmp_path / "mlflow.db"
-    args = [sys.executable, "-m", "raco_cli", "train", "--multirun", *FAST, "seed=0,1,2,3", "method.max_steps=150",
-            f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    # one job per run (a group would train the four runs together; its resume is the same skip by hash);
+    # fixed T = 1500 (~2 s a run): a run of the planned T (~0.3 s) ends before the kill lands
+    args = [sys.executable, "-m", "raco_cli", "train", "--multirun", *FAST, "seed=0,1,2,3", "method.steps=1500", "method.calibrate_noise=true",
+            "hydra.sweeper.group=false", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 240
     try:

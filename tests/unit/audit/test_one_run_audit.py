@@ -69,7 +69,7 @@ def test_broken_switch_is_scoped_and_unreachable_from_train():
 def test_audit_rejects_methods_without_a_histogram(prepared):
     with pytest.raises(UnsupportedError, match="needs method=raco_dp and a rate constraint"):
         run_audit(prepared(["method=dp_sgd"]), AuditSpec(canaries=20))
-    with pytest.raises(ConfigError, match=r"audit.mechanism must be one of correct, broken_no_noise"):
+    with pytest.raises(ConfigError, match=r"audit.mechanism must be one of correct, broken_no_noise, broken_shared_class_noise with"):
         AuditSpec(mechanism="off")
 
 

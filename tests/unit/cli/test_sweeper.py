@@ -97,3 +97,70 @@ def test_fig4_adult_grid_sizes():
     jobs = plan_jobs(sw["grids"], None, [])
     count = {g: sum(1 for n, _ in jobs if n == g) for g in sw["grids"]}
     assert count == {"raco_dp": 640, "dp_fermi": 560, "sgda": 160}
+
+
+def _loader_and_master(overrides):
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+
+    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+    from raco_cli.cli.sweeper import register
+
+    register_resolvers()
+    register()
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    master = loader.load_configuration("config", overrides=list(overrides), run_mode=RunMode.MULTIRUN)
+    return loader, master
+
+
+@pytest.mark.parametrize("name", ["fig4_adult", "fig6_credit", "fig8b_hard_soft"])
+def test_each_job_is_composed_once_and_equals_a_full_composition(name):
+    """The sweeper composes group options once and applies value overrides with Hydra's own
+    function: every job's config equals Hydra's full composition of that job."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf, open_dict
+
+    from raco_cli.cli.sweeper import RacoSweeper
+
+    loader, master = _loader_and_master([f"+sweep={name}", "hydra.sweeper.smoke=true"])
+    sw = OmegaConf.to_container(master.hydra.sweeper, resolve=False)
+    sweeper = RacoSweeper(grids=sw["grids"], smoke=True, smoke_params=sw.get("smoke_params"), smoke_overrides=sw.get("smoke_overrides"))
+    sweeper.hydra_context, sweeper.config = SimpleNamespace(config_loader=loader), master
+    jobs = plan_jobs(sw["grids"], None, [f"+sweep={name}"], smoke=True, smoke_params=sw.get("smoke_params"),
+                     smoke_overrides=sw.get("smoke_overrides"))
+    for _, overrides in jobs[:: max(1, len(jobs) // 12)]:
+        full = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
+        with open_dict(full):
+            del full["hydra"]
+        assert sweeper._job_config(overrides) == OmegaConf.to_container(full, resolve=True), overrides
+    assert len(sweeper._composed) <= len(sw["grids"])  # one composition per set of group options
+
+
+def _cfg(**changes):
+    cfg = {"seed": 0, "eps": 1.0, "method": {"name": "raco_dp", "lr": 1.0, "sampling": "independent", "clip_norm": 1.0, "options": {}},
+           "model": {"name": "logreg"}, "dataset": {"name": "adult"}, "constraint": {"name": "dp", "gamma": 0.05},
+           "tracking": {"experiment": "x"}}
+    for key, value in changes.items():
+        node = cfg
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+    return cfg
+
+
+def test_jobs_that_differ_in_what_a_sweep_varies_share_a_group():
+    from raco_cli.cli.sweeper import group_key
+
+    base = group_key(_cfg())
+    assert base is not None
+    for change in ({"seed": 3}, {"eps": 9.0}, {"constraint.gamma": 0.2}, {"method.lr": 0.1}, {"method.clip_norm": 2.0},
+                   {"method.options": {"lam": 2}}, {"tracking.experiment": "y"}):
+        assert group_key(_cfg(**change)) == base, change
+    for change in ({"method.sampling": "shared"}, {"dataset.name": "credit"}, {"method.clip_norm": None},
+                   {"method.name": "dp_sgd"}):
+        assert group_key(_cfg(**change)) != base, change
+    assert group_key(_cfg(**{"model.name": "mlp"})) is None  # one-run path
+    assert group_key(_cfg(**{"method.name": "dpse"})) is None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from raco_cli import data
 from raco_cli.data import adult, sources
 from raco_cli.errors import DataIntegrityError, DataNotFoundError
 
-pytestmark = pytest.mark.data
+pytestmark = pytest.mark.data("adult")
 
 
 def test_rows_features_labels_groups(adult):
@@ -43,8 +41,9 @@ def test_split_protocol(adult):
                 assert share == pytest.approx(overall, abs=0.003), (split, y, g)
 
 
-def test_fixed_split_seed_and_train_only_statistics(adult):
-    again = data.load("adult", data_dir=Path("datasets"), mirror=os.environ["RACO_DATA_MIRROR"])
+def test_fixed_split_seed_and_train_only_statistics(adult, data_sources):
+    data_dir, mirror = data_sources
+    again = data.load("adult", data_dir=data_dir, mirror=mirror)
     for s in adult.splits:
         assert np.array_equal(adult.splits[s], again.splits[s])
     train = adult.X[adult.splits["train"]]
@@ -56,8 +55,8 @@ def test_fixed_split_seed_and_train_only_statistics(adult):
     assert np.abs(test[:, numeric].mean(0)).max() > 1e-4
 
 
-def test_checksum_failure_is_detected(tmp_path):
-    mirror = Path(os.environ["RACO_DATA_MIRROR"]) / "adult"
+def test_checksum_failure_is_detected(tmp_path, mirror_dir):
+    mirror = mirror_dir("adult")
     bad = tmp_path / "adult"
     bad.mkdir()
     content = gzip.decompress((mirror / "adult.data.gz").read_bytes())
@@ -77,15 +76,15 @@ def test_missing_file_names_the_fetch_command(tmp_path):
     assert str(info.value) == f"Missing data file {tmp_path / 'adult' / 'adult.data'}. Download it with: make data DATASET=adult"
 
 
-def test_fetch_copies_from_mirror_and_verifies(tmp_path):
-    paths = sources.fetch("adult", adult.FILES, data_dir=tmp_path, mirror=os.environ["RACO_DATA_MIRROR"])
+def test_fetch_copies_from_mirror_and_verifies(tmp_path, mirror_dir):
+    paths = sources.fetch("adult", adult.FILES, data_dir=tmp_path, mirror=str(mirror_dir("adult").parent))
     assert all(p.exists() and p.parent == tmp_path / "adult" for p in paths)
     loaded = adult.load(data_dir=tmp_path, mirror=None, allow_download=False)
     assert len(loaded.y) == 45_222
 
 
-def test_plain_and_gzip_files_are_both_accepted(tmp_path):
-    mirror = Path(os.environ["RACO_DATA_MIRROR"]) / "adult"
+def test_plain_and_gzip_files_are_both_accepted(tmp_path, mirror_dir):
+    mirror = mirror_dir("adult")
     (tmp_path / "adult").mkdir()
     (tmp_path / "adult" / "adult.data").write_bytes(gzip.decompress((mirror / "adult.data.gz").read_bytes()))
     (tmp_path / "adult" / "adult.test.gz").write_bytes((mirror / "adult.test.gz").read_bytes())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,9 @@ from raco_cli.data import credit
 from raco_cli.errors import DataIntegrityError, DataNotFoundError
 
 
-def mirror_csv() -> bytes:
-    return gzip.decompress((Path(os.environ["RACO_DATA_MIRROR"]) / "credit" / "UCI_Credit_Card.csv.gz").read_bytes())
+def mirror_csv(folder: Path) -> bytes:
+    """The mirror's table (``mirror_dir("credit")``), uncompressed."""
+    return gzip.decompress((folder / "UCI_Credit_Card.csv.gz").read_bytes())
 
 
 def make_xls(df: pd.DataFrame) -> bytes:
@@ -76,18 +76,19 @@ def test_missing_file_names_the_fetch_command(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def data_credit():
-    return credit.load(data_dir=Path("/nonexistent"), mirror=os.environ["RACO_DATA_MIRROR"], allow_download=False)
+def data_credit(data_sources):
+    data_dir, mirror = data_sources
+    return credit.load(data_dir=data_dir, mirror=mirror, allow_download=False)
 
 
-@pytest.mark.data
-def test_definitions(data_credit):
+@pytest.mark.data("credit")
+def test_definitions(data_credit, mirror_dir):
     d = data_credit
     assert d.X.shape == (30_000, 85) and d.n_features == 85
     assert int(d.y.sum()) == 6_636  # defaults (22.12 %)
     assert int((d.group == 1).sum()) == 18_112 and d.group_names == ("Male", "Female")
     assert not any(n.startswith("SEX") or n == "ID" for n in d.feature_names)
-    raw = credit.parse_csv(mirror_csv())
+    raw = credit.parse_csv(mirror_csv(mirror_dir("credit")))
     # EDUCATION 0/5/6 collapse into 'others' (4); MARRIAGE 0 into 3
     edu4 = d.X[:, d.feature_names.index("EDUCATION=4")]
     assert int(edu4.sum()) == int(raw["EDUCATION"].isin([0, 4, 5, 6]).sum())
@@ -98,7 +99,7 @@ def test_definitions(data_credit):
         np.testing.assert_array_equal(d.X[:, block].sum(1), 1.0)  # every row has exactly one level
 
 
-@pytest.mark.data
+@pytest.mark.data("credit")
 def test_split_and_train_only_statistics(data_credit):
     d = data_credit
     n = len(d.y)
@@ -113,20 +114,20 @@ def test_split_and_train_only_statistics(data_credit):
     np.testing.assert_allclose(train.std(0), 1.0, atol=1e-3)
 
 
-@pytest.mark.data
-def test_truncated_csv_fails_its_checksum(tmp_path):
-    content = mirror_csv()
+@pytest.mark.data("credit")
+def test_truncated_csv_fails_its_checksum(tmp_path, mirror_dir):
+    content = mirror_csv(mirror_dir("credit"))
     (tmp_path / "credit").mkdir()
     (tmp_path / "credit" / "UCI_Credit_Card.csv").write_bytes(content[: len(content) - 1000])
     with pytest.raises(DataIntegrityError, match=r"Checksum mismatch for .*UCI_Credit_Card\.csv: expected sha256 023eb2c3ad9e"):
         credit.load(data_dir=tmp_path, mirror=None, allow_download=False)
 
 
-@pytest.mark.data
+@pytest.mark.data("credit")
 @pytest.mark.slow
-def test_full_xls_gives_the_same_table(tmp_path):
+def test_full_xls_gives_the_same_table(tmp_path, mirror_dir):
     """The upstream form: an .xls of the mirror table passes the table digest (~15 s)."""
     (tmp_path / "credit").mkdir()
-    (tmp_path / "credit" / credit.XLS_NAME).write_bytes(make_xls(credit.parse_csv(mirror_csv())))
+    (tmp_path / "credit" / credit.XLS_NAME).write_bytes(make_xls(credit.parse_csv(mirror_csv(mirror_dir("credit")))))
     d = credit.load(data_dir=tmp_path, mirror=None, allow_download=False)
     assert d.source.endswith(".xls") and d.X.shape == (30_000, 85)

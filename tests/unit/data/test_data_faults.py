@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +52,9 @@ def test_wrong_columns_give_one_line(tmp_path, monkeypatch, content, match):
     assert "\n" not in str(info.value) and str(info.value).endswith("make data DATASET=adult")
 
 
-@pytest.mark.data
-def test_truncated_and_corrupted_files_fail_their_checksum(tmp_path):
-    mirror = Path(os.environ["RACO_DATA_MIRROR"]) / "adult"
+@pytest.mark.data("adult")
+def test_truncated_and_corrupted_files_fail_their_checksum(tmp_path, mirror_dir):
+    mirror = mirror_dir("adult")
     content = gzip.decompress((mirror / "adult.data.gz").read_bytes())
     root = _write(tmp_path, content[: len(content) - 100], gzip.decompress((mirror / "adult.test.gz").read_bytes()))
     with pytest.raises(DataIntegrityError, match=r"^Checksum mismatch for .*adult\.data: expected sha256 .*make data DATASET=adult$"):

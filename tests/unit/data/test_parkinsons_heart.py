@@ -14,12 +14,12 @@ from raco_cli import data
 from raco_cli.data import heart, parkinsons
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
-
-def mirror() -> str:
-    return os.environ["RACO_DATA_MIRROR"]
+DATA_DIR = Path(__file__).resolve().parents[3] / "datasets"
 
 
-NOWHERE = Path("/nonexistent")
+def mirror() -> str | None:
+    """Where the loaders look besides datasets/ (tests marked data(...) run only when found)."""
+    return os.environ.get("RACO_DATA_MIRROR") or None
 
 
 def assert_stratified(d, strata_y, tol):
@@ -35,12 +35,12 @@ def assert_stratified(d, strata_y, tol):
 
 @pytest.fixture(scope="module")
 def pk():
-    return parkinsons.load(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    return parkinsons.load(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
 
 
-@pytest.mark.data
+@pytest.mark.data("parkinsons")
 def test_parkinsons_definitions(pk):
-    raw, _ = parkinsons.read_raw(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    raw, _ = parkinsons.read_raw(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
     assert pk.X.shape == (5_875, 19)
     assert pk.feature_names == parkinsons.feature_columns(True)
     assert not {"subject#", "sex", "total_UPDRS"} & set(pk.feature_names) and "motor_UPDRS" in pk.feature_names
@@ -53,10 +53,10 @@ def test_parkinsons_definitions(pk):
     assert_stratified(pk, (total > np.median(total)).astype(int), tol=0.004)  # provisional label x sex
 
 
-@pytest.mark.data
+@pytest.mark.data("parkinsons")
 def test_parkinsons_label_and_scaling_ignore_test_rows(pk, monkeypatch):
     """Changing every test row changes no training statistic (label threshold, scaling)."""
-    raw, src = parkinsons.read_raw(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    raw, src = parkinsons.read_raw(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
     test = pk.splits["test"]
     changed = raw.copy()
     cols = [c for c in raw.columns if c not in ("subject#", "sex", "total_UPDRS")]
@@ -68,7 +68,7 @@ def test_parkinsons_label_and_scaling_ignore_test_rows(pk, monkeypatch):
     shift = np.where(total[test] > med, 100.0, np.where(total[test] < med, -100.0, 0.0))
     changed.loc[test, "total_UPDRS"] = total[test] + shift
     monkeypatch.setattr(parkinsons, "read_raw", lambda **_: (changed, src))
-    again = parkinsons.load(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    again = parkinsons.load(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
     for s in ("train", "val", "test"):
         np.testing.assert_array_equal(again.splits[s], pk.splits[s])
     assert again.meta["label_threshold"] == pk.meta["label_threshold"]
@@ -77,21 +77,21 @@ def test_parkinsons_label_and_scaling_ignore_test_rows(pk, monkeypatch):
     np.testing.assert_array_equal(again.y[train], pk.y[train])
 
 
-@pytest.mark.data
+@pytest.mark.data("parkinsons")
 def test_parkinsons_motor_updrs_option():
-    d = data.load("parkinsons", data_dir=NOWHERE, mirror=mirror(), options={"include_motor_updrs": False})
+    d = data.load("parkinsons", data_dir=DATA_DIR, mirror=mirror(), options={"include_motor_updrs": False})
     assert d.X.shape == (5_875, 18) and "motor_UPDRS" not in d.feature_names
     with pytest.raises(ConfigError) as info:
-        data.load("parkinsons", data_dir=NOWHERE, mirror=mirror(), options={"include_motor_updrs": "no"})
+        data.load("parkinsons", data_dir=DATA_DIR, mirror=mirror(), options={"include_motor_updrs": "no"})
     assert str(info.value) == (
         "dataset.options.include_motor_updrs must be true or false "
         "(got dataset.options.include_motor_updrs='no'); keep motor_UPDRS among the features."
     )
 
 
-@pytest.mark.data
-def test_parkinsons_truncated_file_fails_checksum(tmp_path):
-    content = gzip.decompress((Path(mirror()) / "parkinsons" / "parkinsons_updrs.data.gz").read_bytes())
+@pytest.mark.data("parkinsons")
+def test_parkinsons_truncated_file_fails_checksum(tmp_path, mirror_dir):
+    content = gzip.decompress((mirror_dir("parkinsons") / "parkinsons_updrs.data.gz").read_bytes())
     (tmp_path / "parkinsons").mkdir()
     (tmp_path / "parkinsons" / "parkinsons_updrs.data").write_bytes(content[:-500])
     with pytest.raises(DataIntegrityError, match=r"Checksum mismatch for .*parkinsons_updrs\.data: expected sha256 f2c7d5025dec"):
@@ -120,10 +120,10 @@ def test_unknown_option_is_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def hd():
-    return heart.load(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    return heart.load(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
 
 
-@pytest.mark.data
+@pytest.mark.data("heart")
 def test_heart_definitions(hd):
     assert hd.X.shape == (253_680, 21) and hd.feature_names == heart.FEATURES
     assert int(hd.y.sum()) == 23_893
@@ -135,10 +135,10 @@ def test_heart_definitions(hd):
     assert np.abs(hd.X[hd.splits["test"]].mean(0)).max() > 1e-4  # fitted on train only
 
 
-@pytest.mark.data
+@pytest.mark.data("heart")
 def test_heart_sensitive_groupings():
-    d = heart.load(data_dir=NOWHERE, mirror=mirror(), allow_download=False, sensitive="Age", sensitive_as_feature=False)
-    raw, _ = heart.read_raw(data_dir=NOWHERE, mirror=mirror(), allow_download=False)
+    d = heart.load(data_dir=DATA_DIR, mirror=mirror(), allow_download=False, sensitive="Age", sensitive_as_feature=False)
+    raw, _ = heart.read_raw(data_dir=DATA_DIR, mirror=mirror(), allow_download=False)
     assert d.group_names == ("18-44", "45-64", "65+") and "Age" not in d.feature_names and d.n_features == 20
     np.testing.assert_array_equal(d.group, np.digitize(raw["Age"].to_numpy(), [5.5, 9.5]))
 
@@ -165,9 +165,9 @@ def test_heart_missing_file_explains_manual_download(tmp_path):
         )
 
 
-@pytest.mark.data
-def test_heart_truncated_gzip_is_rejected(tmp_path):
-    raw = (Path(mirror()) / "heart" / "heart_disease_health_indicators_BRFSS2015.csv.gz").read_bytes()
+@pytest.mark.data("heart")
+def test_heart_truncated_gzip_is_rejected(tmp_path, mirror_dir):
+    raw = (mirror_dir("heart") / "heart_disease_health_indicators_BRFSS2015.csv.gz").read_bytes()
     (tmp_path / "heart").mkdir()
     (tmp_path / "heart" / "heart_disease_health_indicators_BRFSS2015.csv.gz").write_bytes(raw[: len(raw) // 3])
     with pytest.raises(DataIntegrityError, match="truncated or corrupted"):

@@ -52,14 +52,16 @@ def test_closed_form_psi_matches_the_trace_form():
 def test_w_gradient_sum_matches_autograd_with_clipping(clip):
     X, _, g, W, s = _setup(seed=1)
     F = torch.softmax(torch.randn(len(X), 2, dtype=torch.float64), dim=1)
-    expected = torch.zeros_like(W)
+    expected, expected_clipped = torch.zeros_like(W), 0
     for i in range(len(X)):
         Wi = W.clone().requires_grad_(True)
         (gi,) = torch.autograd.grad(_psi(F[i : i + 1], g[i : i + 1], Wi, s).sum(), Wi)
         expected += gi * min(1.0, clip / float(gi.norm()))
+        expected_clipped += int(float(gi.norm()) > clip)
     got, n_clipped = dp_fermi.w_gradient_sum(F, g, W, s, clip)
     torch.testing.assert_close(got, expected)
-    assert int(n_clipped) == (len(X) if clip == 1e-3 else int(n_clipped))
+    assert int(n_clipped) == expected_clipped
+    assert expected_clipped == {1e-3: len(X), 1e6: 0}.get(clip, expected_clipped)  # the extremes clip all / none
 
 
 def test_theta_gradient_of_the_engine_matches_autograd():

@@ -17,6 +17,19 @@ from raco_cli.methods.planning import plan
 from raco_cli.privacy import accountant
 
 
+def _analytic_gaussian_eps(sigma: float, delta: float) -> float:
+    """eps of the Gaussian mechanism (sensitivity 1, noise multiplier sigma) at delta, from the
+    exact curve delta(eps) = Phi(1/(2 sigma) - eps sigma) - e^eps Phi(-1/(2 sigma) - eps sigma)
+    (Balle and Wang 2018, Theorem 8)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(e: float) -> float:
+        return norm.cdf(1 / (2 * sigma) - e * sigma) - math.exp(e) * norm.cdf(-1 / (2 * sigma) - e * sigma) - delta
+
+    return float(brentq(excess, 0.0, 200.0, xtol=1e-10))
+
+
 def _spec(**kw):
     base = dict(name="dpse", steps=50, noise_multiplier=4.0, clip_norm=1.0, lr=1.0, eval_every=10)
     opts = kw.pop("options", {})
@@ -79,6 +92,16 @@ def test_fit_reports_per_group_budgets_and_survives_noise(synthetic):
     nm2 = dpse.noise_multipliers(spec, 15)["stage2"]
     for g, wg in zip(("group0", "group1"), w):
         assert res.stats["noise_multipliers"][g] == pytest.approx(nm2 / math.sqrt(wg))
+    # every group's releases (stage 1, then 2 x 15 Gaussians at its realised noise multiplier)
+    # are one Gaussian mechanism (rho adds); by the analytic Gaussian mechanism's closed form,
+    # not the accountant, the worst group's eps is the planned one and no group's exceeds it
+    nm = dpse.noise_multipliers(spec, 15)
+    stage1 = nm["count"] ** -2 + 2 * nm["precursor"] ** -2 + nm["se"] ** -2
+    eps_groups = [_analytic_gaussian_eps((stage1 + 30 * res.stats["noise_multipliers"][g] ** -2) ** -0.5, 1e-5)
+                  for g in ("group0", "group1")]
+    planned = accountant.epsilon(dpse.run_event(spec, 1.0, 15), 1e-5)
+    assert max(eps_groups) == pytest.approx(planned, rel=2e-3) and min(eps_groups) <= max(eps_groups)
+    assert all(e <= planned * (1 + 2e-3) for e in eps_groups)
     assert res.releases == {"gaussian_count": 1, "gaussian_precursor": 2, "gaussian_group_se": 1,
                             "gaussian_gradient": 15, "gaussian_group_loss": 15}
     assert all(torch.isfinite(v).all() for v in res.state_dict.values())

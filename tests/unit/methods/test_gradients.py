@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from raco_cli.methods.gradients import FunctionalEngine, LinearEngine, row_softmax
@@ -80,21 +82,43 @@ def test_clipped_sum_norm_is_bounded_per_row():
         assert float(norm) <= 0.3 + 1e-6
 
 
-def test_non_finite_rows_are_dropped_not_propagated():
+@pytest.mark.parametrize("engine", ["linear", "functional"])
+def test_non_finite_rows_are_dropped_not_propagated(engine):
+    """Rows with a NaN or an infinite feature reach each engine as they are: they are counted,
+    dropped from the sum (which equals the sum over the other rows) and never make it NaN."""
     X, y, c = setup(n=10)
     X[3, 0] = float("nan")
     X[7, 1] = float("inf")
     layer = nn.Linear(5, 3)
-    res = LinearEngine(layer).clipped_sum(X.nan_to_num(nan=0.0, posinf=0.0), y, c, reg_scale=1.0, temperature=1.0, clip_norm=1.0)
-    assert all(torch.isfinite(g).all() for g in res.grads)
-    model = nn.Sequential(layer)
-    res = FunctionalEngine(model, micro_batch=4).clipped_sum(X, y, c, reg_scale=1.0, temperature=1.0, clip_norm=1.0)
+    eng = LinearEngine(layer) if engine == "linear" else FunctionalEngine(nn.Sequential(layer), micro_batch=4)
+    res = eng.clipped_sum(X, y, c, reg_scale=1.0, temperature=1.0, clip_norm=1.0)
     assert int(res.nonfinite) == 2
     assert all(torch.isfinite(g).all() for g in res.grads)
     keep = torch.tensor([i not in (3, 7) for i in range(10)])
-    ref = FunctionalEngine(model, micro_batch=4).clipped_sum(X[keep], y[keep], c[keep], reg_scale=1.0, temperature=1.0, clip_norm=1.0)
+    ref = eng.clipped_sum(X[keep], y[keep], c[keep], reg_scale=1.0, temperature=1.0, clip_norm=1.0)
+    assert int(ref.nonfinite) == 0
     for a, b in zip(res.grads, ref.grads):
         torch.testing.assert_close(a, b)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 20), drop=st.integers(0, 19), clip=st.sampled_from([0.05, 1.0, 30.0]), scale=st.sampled_from([0.1, 10.0]),
+       seed=st.integers(0, 10**6), functional=st.booleans())
+def test_clipped_sum_moves_by_at_most_c_when_a_row_is_removed(n, drop, clip, scale, seed, functional):
+    """Add/remove adjacency: the clipped sum of a batch and of the batch without one row differ
+    by at most C in l2 over all parameters (the Gaussian release's sensitivity)."""
+    gen = torch.Generator().manual_seed(seed)
+    X = scale * torch.randn(n, 5, generator=gen)
+    y = torch.randint(0, 3, (n,), generator=gen)
+    c = 3 * torch.randn(n, 3, generator=gen)
+    torch.manual_seed(seed)
+    layer = nn.Linear(5, 3)
+    eng = FunctionalEngine(nn.Sequential(layer), micro_batch=7) if functional else LinearEngine(layer)
+    keep = torch.arange(n) != drop % n
+    full = eng.clipped_sum(X, y, c, reg_scale=5.0, temperature=2.0, clip_norm=clip).grads
+    rest = eng.clipped_sum(X[keep], y[keep], c[keep], reg_scale=5.0, temperature=2.0, clip_norm=clip).grads
+    diff = torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(full, rest)))
+    assert float(diff) <= clip * (1 + 1e-5) + 1e-6
 
 
 def test_row_softmax_matches_torch():

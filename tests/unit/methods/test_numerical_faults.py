@@ -50,8 +50,8 @@ def test_an_empty_poisson_batch_is_pure_noise(monkeypatch, synthetic):
 
 def test_lambda_at_its_bound(monkeypatch, synthetic):
     seen = []
-    original = core.project_dual
-    monkeypatch.setattr(core, "project_dual", lambda lam, m: seen.append(original(lam, m)) or seen[-1])
+    original = core.dual_ascent
+    monkeypatch.setattr(core, "dual_ascent", lambda lam, g, lr, m: seen.append(original(lam, g, lr, m)) or seen[-1])
     res = _fit(synthetic, lr_dual=1e6, lambda_max=3.0)  # every dual step overshoots the box
     lams = torch.stack(seen)
     assert float(lams.max()) == 3.0 and float(lams.min()) >= 0.0 and _finite(res)

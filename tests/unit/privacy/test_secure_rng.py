@@ -53,6 +53,24 @@ def test_training_with_secure_rng_is_not_reproducible_from_the_seed(synthetic):
     assert torch.equal(_fit(synthetic, False), _fit(synthetic, False))
 
 
+def test_secure_noise_is_not_reproducible_even_with_fixed_batches(synthetic, monkeypatch):
+    """Fix the batches (a seeded sampler in place of the CSPRNG one): the released histograms and
+    gradients of two secure runs still differ, so their noise does not come from the seed."""
+    from raco_cli.methods import core
+    from raco_cli.privacy import releases
+
+    monkeypatch.setattr(core, "sampling_generator", lambda seed, secure=False: np.random.default_rng(seed))
+    tapes = []
+    for _ in range(2):
+        with releases.recording() as tape:
+            _fit(synthetic, True)
+        tapes.append(tape.entries)
+    (kind0, H0), (kind1, H1) = tapes[0][0], tapes[1][0]
+    assert kind0 == kind1 == "histogram" and not torch.equal(H0, H1)
+    gradients = [[v for k, v in entries if k == "gradient"][0] for entries in tapes]
+    assert not all(torch.equal(a, b) for a, b in zip(*gradients))
+
+
 def test_secure_rng_off_warns_once(caplog, monkeypatch):
     from raco_cli.cli import train
 

@@ -1,0 +1,213 @@
+"""A sweep group job: several runs of a sweep trained in one process (docs/batched.md).
+
+The ``raco`` sweeper (:mod:`raco_cli.cli.sweeper`) writes the composed configs of a group of
+compatible jobs to ``<sweep dir>/.groups/<k>.json`` and launches one job for the group; that
+job lands here.  Each run is prepared as alone (its own plan, seeds and DP preprocessing
+release); runs whose prepared specs can share the batched engine
+(:mod:`raco_cli.methods.batched`) are trained together, in chunks that fit
+``hydra.sweeper.group_memory_gb``; any other run is trained alone.  Every run keeps its run
+directory (``<sweep dir>/<job number>``), summary.json, MLflow run and config hash, exactly
+as a job of its own would write them; a run that fails to prepare is recorded FAILED and the
+others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from raco_cli.errors import RacoError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MEMORY_GB = 2.0
+GROUP_OVERRIDE = "+raco_group="  # a launcher job's override naming its group file
+
+
+def group_members(overrides: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The members of a launcher job's group file (None: a job of one run)."""
+    path = next((o[len(GROUP_OVERRIDE):] for o in overrides if o.startswith(GROUP_OVERRIDE)), None)
+    return None if path is None else list(json.loads(Path(path).read_text())["members"])
+
+
+def write_group(path: Path, members: Sequence[Mapping[str, Any]], *, memory_gb: float) -> Path:
+    """Write a group file: ``members`` are ``{"num", "run_dir", "config"}`` (resolved configs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"memory_gb": memory_gb, "members": list(members)}))
+    return path
+
+
+def run_group_file(path: Path, *, sweep_dir: Path | None) -> dict[str, int]:
+    """Train the runs of a group file; ``{"runs": n, "failed": k}``."""
+    spec = json.loads(Path(path).read_text())
+    summaries = train_group(spec["members"], sweep_dir=sweep_dir, memory_gb=float(spec.get("memory_gb", DEFAULT_MEMORY_GB)))
+    return {"runs": len(summaries), "failed": sum(1 for s in summaries if s is None)}
+
+
+def batch_key(prep: Any) -> tuple | None:
+    """What runs must share to be trained as one problem (None: this run trains alone)."""
+    from raco_cli.methods import batched
+
+    if not hasattr(prep.method, "fit_many") or not batched.supports(prep.data, prep.model):
+        return None
+    spec = prep.plan.spec
+    shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in batched.PER_RUN_FIELDS}
+    cons = prep.constraints
+    return (
+        prep.method.NAME, id(prep.data), prep.plan.steps, prep.constrained, repr(sorted(shared.items())), spec.clip_norm is None,
+        cons.membership.tobytes(), cons.alpha.tobytes(), cons.cell_of.tobytes(), cons.J,
+        0 if prep.scaling is None else len(prep.scaling[0]), str(prep.device), prep.spec.threads,
+    )
+
+
+def runs_per_chunk(prep: Any, memory_gb: float) -> int:
+    """How many runs of this kind fit the memory budget: a step gathers each run's batch rows
+    (two Poisson samples with independent sampling), an evaluation holds a few (n, K) float64
+    arrays per run and split."""
+    data = prep.data
+    n_train = len(data.splits["train"])
+    d = int(data.X.shape[1]) if hasattr(data.X, "shape") else 1
+    rows = 2 * (prep.plan.sample_rate * n_train + 6 * (prep.plan.sample_rate * n_train) ** 0.5 + 16)
+    width = d + data.n_classes + 1 + prep.constraints.Q
+    per_run = rows * width * 4 * 4 + max(len(v) for v in data.splits.values()) * data.n_classes * 8 * 12
+    return max(1, int(memory_gb * 2**30 // per_run))
+
+
+def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float) -> list[dict[str, Any] | None]:
+    """Prepare every run, train compatible runs together, finish each; a summary per run
+    (None for a run that failed, which is recorded FAILED in MLflow)."""
+    from raco_cli.cli.train import _record_quietly, format_result, prepare_run, train
+
+    t0 = time.time()
+    out: list[dict[str, Any] | None] = [None] * len(members)
+    batches: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
+    for i, m in enumerate(members):
+        run_dir = Path(m["run_dir"])
+        try:
+            prep = prepare_run(m["config"], shared_features=True)
+        except RacoError as exc:
+            print(f"error: job {m['num']}: {exc}", file=sys.stderr)
+            _record_quietly(m["config"], run_dir, sweep_dir, exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a bug: recorded with its traceback in the log, the group goes on
+            log.exception("job %s failed", m["num"])
+            print(f"error: job {m['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
+            _record_quietly(m["config"], run_dir, sweep_dir, exc)
+            continue
+        key = batch_key(prep)
+        if key is None:  # e.g. an MLP or images: the one-run path (features standardised as alone)
+            out[i] = _alone(m, sweep_dir, train, format_result)
+            continue
+        batches.setdefault(key, []).append((i, prep))
+    for runs in batches.values():
+        size = runs_per_chunk(runs[0][1], memory_gb)
+        for start in range(0, len(runs), size):
+            chunk = runs[start : start + size]
+            if len(chunk) == 1:
+                i, _ = chunk[0]
+                out[i] = _alone(members[i], sweep_dir, train, format_result)
+                continue
+            for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir)):
+                out[i] = summary
+    log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, sum(s is None for s in out))
+    return out
+
+
+def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format_result: Any) -> dict[str, Any] | None:
+    """A run of the group trained by the one-run path (prepared again: its features are
+    standardised as a run alone standardises them)."""
+    run_dir = Path(member["run_dir"])
+    try:
+        summary = train(member["config"], run_dir=run_dir, sweep_dir=sweep_dir)
+    except RacoError as exc:
+        print(f"error: job {member['num']}: {exc}", file=sys.stderr)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, the group goes on
+        log.exception("job %s failed", member["num"])
+        print(f"error: job {member['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
+        return None
+    print(format_result(summary, run_dir), flush=True)
+    return summary
+
+
+def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None) -> list[dict[str, Any] | None]:
+    """One chunk of compatible runs through the method's ``fit_many``."""
+    from raco_cli.cli.train import (
+        _FanOut,
+        _Progress,
+        check_writable,
+        draw_curves,
+        finish_run,
+        format_result,
+        open_recorder,
+        set_threads,
+        tag_error,
+        warn_secure_rng,
+    )
+    from raco_cli.methods.batched import Member
+
+    t0 = time.time()
+    first = runs[0][1]
+    R = len(runs)
+    set_threads(first.spec.threads)
+    warn_secure_rng(bool(first.method.PRIVATE), first.spec.secure_rng)
+    recorders: list[Any] = []
+    out: list[dict[str, Any] | None] = [None] * R
+    shared_client = None
+    status = "FAILED"
+    try:
+        for member, prep in runs:
+            run_dir = Path(member["run_dir"])
+            check_writable(run_dir)
+            if prep.spec.tracking.enabled and shared_client is None:
+                from raco_cli.tracking.mlflow_store import client
+
+                shared_client = client(str(prep.spec.tracking.uri))
+            same_store = shared_client is not None and str(prep.spec.tracking.uri) == str(first.spec.tracking.uri)
+            recorders.append(open_recorder(prep, run_dir, sweep_dir, client=shared_client if same_store else None, buffered=True))
+        members = [
+            Member(model=prep.model, constraints=prep.constraints, spec=prep.plan.spec, seeds=prep.seeds,
+                   reporter=_FanOut(rec), scaling=prep.scaling)
+            for (_, prep), rec in zip(runs, recorders)
+        ]
+        progress = _Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.name} x{R}", show_values=False)
+        try:
+            results = first.method.fit_many(first.data, members, steps=first.plan.steps, device=first.device, reporter=progress)
+        finally:
+            progress.close()
+        trained = time.time() - t0
+        for r, ((member, prep), result, rec) in enumerate(zip(runs, results, recorders)):
+            run_dir = Path(member["run_dir"])
+            try:
+                summary = finish_run(prep, result, run_dir, rec, started=time.time() - trained / R, curves=draw_curves(prep.spec, sweep_dir),
+                                     stats={"group_wall_time_s": trained})
+            except RacoError as exc:
+                print(f"error: job {member['num']}: {exc}", file=sys.stderr)
+                tag_error(rec, exc)
+                continue
+            if rec is not None:
+                rec.finish("FINISHED")
+                recorders[r] = None
+            out[r] = summary
+            print(format_result(summary, run_dir), flush=True)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug: every run of the chunk is FAILED, the sweep goes on
+        log.exception("group of %d runs failed", R)
+        print(f"error: a group of {R} runs failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
+        for rec in recorders:
+            tag_error(rec, exc)
+    finally:
+        for rec in recorders:
+            if rec is not None:
+                rec.finish("KILLED" if status == "KILLED" else "FAILED")
+    return out

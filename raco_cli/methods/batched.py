@@ -1,0 +1,590 @@
+"""Batched training: the R runs of a sweep group trained as one vectorised problem.
+
+A step of logistic regression on a tabular batch is a fraction of a MFLOP: the time of a run
+is Python and dispatch overhead, paid again by every run of a figure.  Runs that share the
+data, the split, the model (logistic regression), the method, T, the batch size and every
+structural switch (sampling and dual modes, optimizer, selection rule, privacy scope,
+``eval_every``) and differ only in what a sweep varies (seed, gamma, noise multipliers,
+learning rates, tau, lambda_max, clip norm, DP-FERMI's options) are trained together here:
+
+* weights (R, K, d) and biases (R, K), per-run duals (R, J) and optimizer states;
+* run r draws its Poisson samples from its own sampling generator and its noise from its own
+  noise generator, in the same order as the one-run loop (:mod:`raco_cli.methods.core`), so
+  run r of a group computes what it computes alone, up to float summation order (the
+  equivalence tests pin selected step, metrics and model to 1e-6);
+* one gather of every run's batch rows and one batched matrix product per stage;
+* every ``eval_every`` steps one evaluation of all runs per split, then each run's own
+  checkpoint rule (:class:`raco_cli.methods.core.Checkpoints`: private report-noisy-max and
+  noisy feasibility windows in ``privacy.scope=model``, exact selection in ``paper``).
+
+Every noisy release of the group passes through :func:`raco_cli.privacy.releases.release`
+(one call releases the R runs' histograms or gradient sums of a step).  Each run's DpEvent
+tree is its own and unchanged: batching changes how the runs are computed, not what any run
+releases.
+
+DP standardisation (``dataset.preprocessing=dp``): each run has its own (mean, std) of the
+numeric columns.  The group keeps the one public encoding of X and applies each run's affine
+map to the rows it gathers (bit for bit the standardised rows of the one-run path,
+:func:`raco_cli.privacy.preprocessing.standardize_columns`) and, for evaluation, folds it into
+the weights, so R runs never hold R copies of the features.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from raco_cli.constraints.rate import ConstraintSet
+from raco_cli.data.types import SPLITS, TabularData
+from raco_cli.methods import core
+from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds, TrainResult
+from raco_cli.methods.timing import StepClock
+from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
+from raco_cli.privacy import releases
+from raco_cli.privacy.mechanisms import (
+    NoiseSource,
+    gaussian_noise,
+    laplace_noise,
+    noise_source,
+    poisson_sample_many,
+    sampling_generator,
+)
+from raco_cli.privacy.preprocessing import standardize_columns
+
+EVAL_RUNS = 16  # runs per evaluation chunk
+
+#: MethodSpec fields that may differ between the runs of a group (everything else must match)
+PER_RUN_FIELDS = (
+    "lr", "momentum", "clip_norm", "noise_multiplier", "hist_noise_multiplier", "calibrate_noise", "lr_dual",
+    "lambda_max", "temperature", "denominator_floor", "selection_eps", "preprocessing_noise", "options", "steps",
+    "max_steps", "micro_batch", "precision",
+)  # fmt: skip
+
+
+@dataclass
+class Member:
+    """One run of a group.
+
+    Attributes:
+        model: the run's logistic regression; initialised from ``seeds.init`` and, at the
+            end, holding the selected checkpoint (as after a one-run ``fit``).
+        constraints: the run's constraints (runs of a group differ only in gamma).
+        spec: the run's method spec (after planning: calibrated noise, selection eps).
+        seeds: the run's seeds.
+        reporter: where the run's evaluations go (its MLflow run).
+        scaling: (mean, std) of the DP standardisation of the first numeric columns, applied
+            to the group's public X (None: X is used as it is).
+    """
+
+    model: nn.Module
+    constraints: ConstraintSet
+    spec: MethodSpec
+    seeds: Seeds
+    reporter: Reporter = field(default_factory=NullReporter)
+    scaling: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def supports(data: TabularData, model: nn.Module) -> bool:
+    """Whether a run can join a group: in-memory features and logistic regression."""
+    from raco_cli.models import linear_layer
+
+    return isinstance(data.X, np.ndarray) and linear_layer(model) is not None
+
+
+def check_group(members: Sequence[Member]) -> None:
+    """Raise ValueError unless the members may be trained as one problem (module docstring)."""
+    if not members:
+        raise ValueError("a group needs at least one run")
+    first = members[0]
+    shared = {f: v for f, v in vars(first.spec).items() if f not in PER_RUN_FIELDS}
+    for m in members[1:]:
+        for key, value in shared.items():
+            if getattr(m.spec, key) != value:
+                raise ValueError(f"runs of a group differ in method.{key}: {value!r} vs {getattr(m.spec, key)!r}")
+        if (m.spec.clip_norm is None) != (first.spec.clip_norm is None):
+            raise ValueError("runs of a group must all clip or all not clip")
+        a, b = first.constraints, m.constraints
+        if not (a.J == b.J and a.Q == b.Q and np.array_equal(a.membership, b.membership) and np.array_equal(a.alpha, b.alpha)
+                and np.array_equal(a.cell_of, b.cell_of)):
+            raise ValueError("runs of a group must have the same constraints up to gamma")
+        if (m.scaling is None) != (first.scaling is None) or (m.scaling is not None and len(m.scaling[0]) != len(first.scaling[0])):  # type: ignore[index]
+            raise ValueError("runs of a group must all or none standardise the same numeric columns")
+
+
+class GroupRows:
+    """The training rows of a group, packed once as ``X | onehot(y) | norm | onehot(cell)``
+    with a zero pad row at index n (what padded sample slots gather).
+
+    ``norm`` is ``sqrt(|x|^2 + 1)`` (the row norm of the closed-form linear gradient), or, when
+    the runs standardise the first m columns each their own way, ``|x[m:]|^2`` (each run adds
+    its own standardised part).  Rows with a non-finite feature are neutralised as
+    :class:`raco_cli.methods.core.Rows` does: zero features, infinite norm, no cell (unless
+    ``neutralise_cells`` is false).
+    """
+
+    def __init__(
+        self, data: TabularData, idx: np.ndarray, cells: np.ndarray, scalings: Sequence[tuple[np.ndarray, np.ndarray] | None],
+        device: torch.device, *, n_cells: int, neutralise_cells: bool = True,
+    ) -> None:
+        n = len(idx)
+        X = torch.as_tensor(np.asarray(data.X[idx]).reshape(n, -1), dtype=torch.float32, device=device)
+        self.m = len(scalings[0][0]) if scalings and scalings[0] is not None else 0
+        m = self.m
+        # a NaN in a publicly scaled column stays NaN after standardising; an inf is clipped
+        bad = ~torch.isfinite(X[:, m:]).all(dim=1, keepdim=True)
+        if m:
+            bad |= torch.isnan(X[:, :m]).any(dim=1, keepdim=True)
+        X = torch.where(bad, torch.zeros_like(X), X)
+        rest = X[:, m:]
+        sq = (rest * rest).sum(dim=1, keepdim=True)
+        norm = torch.where(bad, torch.full_like(sq, float("inf")), sq if m else torch.sqrt(sq + 1.0))
+        y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
+        onehot = nn.functional.one_hot(y, data.n_classes).float()
+        cellhot = nn.functional.one_hot(torch.as_tensor(cells, dtype=torch.long, device=device), n_cells).float() if n_cells else X[:, :0]
+        if neutralise_cells:  # (DP-FERMI keeps the group of such a row, as its one-run loop does)
+            cellhot = cellhot * ~bad
+        packed = torch.cat([X, onehot, norm, cellhot], dim=1)
+        self.packed = torch.cat([packed, torch.zeros_like(packed[:1])])  # the pad row, index n
+        self._np = self.packed.numpy() if self.packed.device.type == "cpu" else None
+        self.n, self.d, self.K, self.Q, self.device = n, X.shape[1], data.n_classes, n_cells, device
+        if m:
+            self.mean = np.stack([s[0] for s in scalings])[:, None, :]  # type: ignore[index]
+            self.std = np.stack([s[1] for s in scalings])[:, None, :]  # type: ignore[index]
+
+    def gather(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows of ``idx`` (R, L) (``n`` = pad): ``X`` (R, L, d), ``onehot`` (R, L, K),
+        ``xnorm`` (R, L), ``cellhot`` (R, L, Q) and ``valid`` (R, L) bool."""
+        R, L = idx.shape
+        if self._np is not None:
+            P = torch.from_numpy(np.take(self._np, idx.reshape(-1), axis=0)).view(R, L, -1)
+        else:
+            P = self.packed.index_select(0, torch.as_tensor(idx.reshape(-1), device=self.device)).view(R, L, -1)
+        d, K, m = self.d, self.K, self.m
+        norm = P[..., d + K]
+        if m:  # each run's standardisation of its rows (as dp_standardize writes them)
+            num = torch.from_numpy(standardize_columns(P[..., :m].cpu().numpy(), self.mean, self.std)).to(P.device)
+            num = torch.where(torch.isinf(norm)[..., None], torch.zeros_like(num), num)  # neutralised rows stay zero
+            P[..., :m] = num
+            norm = torch.sqrt(norm + (num * num).sum(dim=-1) + 1.0)
+        valid = torch.as_tensor(idx < self.n, device=P.device)
+        return {"X": P[..., :d], "onehot": P[..., d : d + K], "xnorm": norm, "cellhot": P[..., d + K + 1 : d + K + 1 + self.Q],
+                "valid": valid}
+
+
+class GroupEvaluator:
+    """Exact logits of every run on every split, then :func:`evaluate_many`.
+
+    ``model_scope``: train is not evaluated and validation only counts correct predictions
+    (what :class:`raco_cli.methods.core.Checkpoints` uses in ``privacy.scope=model``).
+    """
+
+    def __init__(self, data: TabularData, members: Sequence[Member], device: torch.device, *, model_scope: bool) -> None:
+        self.data, self.members, self.model_scope = data, members, model_scope
+        self.m = len(members[0].scaling[0]) if members[0].scaling is not None else 0
+        self.X: dict[str, torch.Tensor] = {}
+        for split in SPLITS:
+            if model_scope and split == "train":
+                continue
+            idx = np.asarray(data.splits[split])
+            X = np.asarray(data.rows(idx), dtype=np.float32).reshape(len(idx), -1)
+            if self.m:  # u = (x + 1) / 2 of the public columns: the standardisation folds into the weights
+                X = X.copy()
+                X[:, : self.m] = np.clip((X[:, : self.m].astype(np.float64) + 1.0) / 2.0, 0.0, 1.0).astype(np.float32)
+            self.X[split] = torch.as_tensor(X, device=device)
+        if self.m:
+            self.mean = torch.as_tensor(np.stack([mb.scaling[0] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
+            self.std = torch.as_tensor(np.stack([mb.scaling[1] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
+
+    @torch.no_grad()
+    def logits(self, W: torch.Tensor, b: torch.Tensor, split: str) -> np.ndarray:
+        """Float64 logits (R, n, K) of the runs' current parameters on a split; for two
+        classes the margins ``z_1 - z_0`` (R, n), one product with the weight differences
+        (half the work, and all a binary evaluation needs)."""
+        R, K, d = W.shape
+        if self.m:  # x_std = (u - mean) / std: W_num x_std = (W_num / std) u - W_num mean / std
+            Wn = W[..., : self.m].double()
+            std, mean = self.std[:, None, :], self.mean[:, None, :]
+            W = torch.cat([(Wn / std).float(), W[..., self.m :]], dim=2)
+            b = (b.double() - (Wn * mean / std).sum(dim=2)).float()
+        X = self.X[split]
+        if K == 2:
+            return torch.addmm(b[:, 1] - b[:, 0], X, (W[:, 1] - W[:, 0]).t()).t().double().cpu().numpy()
+        Z = torch.addmm(b.reshape(R * K), X, W.reshape(R * K, d).t())  # (n, R*K)
+        return Z.view(len(X), R, K).permute(1, 0, 2).double().cpu().numpy()
+
+    def evaluate(self, W: torch.Tensor, b: torch.Tensor) -> list[dict[str, Any]]:
+        """Per run, the metrics :meth:`Checkpoints.record` takes."""
+        R = W.shape[0]
+        out: list[dict[str, Any]] = [{} for _ in range(R)]
+        data = self.data
+        binary = W.shape[1] == 2
+        for split in self.X:
+            idx = np.asarray(data.splits[split])
+            Z = self.logits(W, b, split)
+            if self.model_scope and split == "val":  # only the correct count is used (privately)
+                pred = (Z > 0) if binary else Z.argmax(axis=2)
+                acc = (pred == data.y[idx]).mean(axis=1) if len(idx) else np.full(R, np.nan)
+                for r in range(R):
+                    out[r][split] = {"n": int(len(idx)), "accuracy": float(acc[r])}
+                continue
+            evaluate_split = evaluate_binary_many if binary else evaluate_many
+            for lo in range(0, R, EVAL_RUNS):  # a few runs at a time: their (n,) arrays stay in cache
+                metrics = evaluate_split(
+                    Z[lo : lo + EVAL_RUNS], data.y[idx], data.group[idx], constraints=[m.constraints for m in self.members[lo : lo + EVAL_RUNS]],
+                    temperatures=[m.spec.temperature for m in self.members[lo : lo + EVAL_RUNS]], group_names=data.group_names,
+                )
+                for r, m in enumerate(metrics, start=lo):
+                    out[r][split] = m
+        return out
+
+
+class GroupOptimizer:
+    """The primal update of :class:`raco_cli.methods.core._Optimizer` for R runs at once:
+    plain SGD, heavy-ball momentum or Adam (torch's update rules, defaults betas (0.9, 0.999),
+    eps 1e-8), each run with its own step size (and momentum)."""
+
+    def __init__(self, specs: Sequence[MethodSpec], device: torch.device) -> None:
+        self.kind = specs[0].optimizer
+        self.lr = np.array([s.lr for s in specs], dtype=np.float64)
+        self.momentum = torch.tensor([s.momentum for s in specs], dtype=torch.float32, device=device)
+        self.device = device
+        self.state: list[dict[str, torch.Tensor]] = []
+        self.t = 0
+
+    def _per_run(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(values, dtype=like.dtype, device=like.device).view(-1, *([1] * (like.dim() - 1)))
+
+    @torch.no_grad()
+    def step(self, params: list[torch.Tensor], grads: list[torch.Tensor], *, scale: float) -> None:
+        self.t += 1
+        if not self.state:
+            self.state = [{} for _ in params]
+        for p, g, st in zip(params, grads, self.state):
+            if self.kind == "sgd":
+                p.add_(g * self._per_run(-(self.lr * scale), p))
+                continue
+            g = g * scale
+            if self.kind == "momentum":
+                mom = self.momentum.view(-1, *([1] * (p.dim() - 1)))
+                st["buf"] = g.clone() if "buf" not in st else st["buf"] * mom + g
+                p.add_(st["buf"] * self._per_run(-self.lr, p))
+                continue
+            beta1, beta2, eps = 0.9, 0.999, 1e-8
+            if "m" not in st:
+                st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
+            st["m"].lerp_(g, 1 - beta1)
+            st["v"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            step_size = self.lr / (1 - beta1**self.t)
+            denom = (st["v"].sqrt() / (1 - beta2**self.t) ** 0.5).add_(eps)
+            p.add_(st["m"] / denom * self._per_run(-step_size, p))
+
+
+def noise_sources(members: Sequence[Member], device: torch.device) -> list[NoiseSource]:
+    return [noise_source(m.seeds.noise, device, secure=m.spec.secure_rng) for m in members]
+
+
+def gaussian_many(shape: tuple[int, ...], stds: Sequence[float], sources: Sequence[NoiseSource], *, dtype: torch.dtype) -> torch.Tensor:
+    """(R, *shape): run r's ``gaussian_noise(shape, stds[r], sources[r])`` (its next draw)."""
+    return torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, sources)])
+
+
+def laplace_many(shape: tuple[int, ...], scales: Sequence[float], sources: Sequence[NoiseSource]) -> torch.Tensor:
+    """(R, *shape) float64: run r's ``laplace_noise(shape, scales[r], sources[r])``."""
+    return torch.stack([laplace_noise(shape, s, g) for s, g in zip(scales, sources)])
+
+
+def group_softmax(z: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(tau_r * z)`` over classes of (R, K, L) class-major logits (tau_r per run,
+    shape (R, 1, 1)).  Class-major: torch's CPU softmax and reductions over a short class
+    axis are several times faster when it is not the innermost one."""
+    return torch.softmax(z if temperature is None else z * temperature, dim=1)
+
+
+def group_logits(W: torch.Tensor, b: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Class-major logits (R, K, L) of rows X (R, L, d) under weights W (R, K, d), biases b (R, K)."""
+    return torch.baddbmm(b.unsqueeze(2), W, X.transpose(1, 2))
+
+
+@dataclass
+class GroupSum:
+    """Clipped per-sample gradient sums of R runs (:class:`raco_cli.methods.gradients.ClippedSum`
+    per run), statistics (R,)."""
+
+    grad_w: torch.Tensor  # (R, K, d)
+    grad_b: torch.Tensor  # (R, K)
+    clipped: torch.Tensor
+    norm_sum: torch.Tensor
+    nonfinite: torch.Tensor
+
+
+@torch.no_grad()
+def clipped_sums(
+    rows: dict[str, torch.Tensor], z: torch.Tensor, c: torch.Tensor | None, *, reg_temp: torch.Tensor | None,
+    temperature: torch.Tensor | None, clip: torch.Tensor | None,
+) -> GroupSum:
+    """:meth:`raco_cli.methods.gradients.LinearEngine.clipped_sum` of R runs: the logit
+    gradient ``g = (p - e_y) + reg_scale tau pt (c - <c, pt>)``, norms ``|g| sqrt(|x|^2 + 1)``,
+    clip factors ``min(1, C_r / |g|)`` (0 for non-finite rows and pad slots), then
+    ``sum_i g_i x_i^T`` as one batched product.
+
+    Args:
+        rows: :meth:`GroupRows.gather` of the gradient batches.
+        z: (R, K, L) class-major logits of those rows.
+        c: (R, K, L) regularizer weights of the rows, or None.
+        reg_temp: (R, 1, 1) ``reg_scale * tau`` per run (with ``c``).
+        temperature: (R, 1, 1) tau per run, None when every tau is 1.
+        clip: (R, 1) clipping norms, None: no clipping.
+    """
+    p = group_softmax(z)
+    g = p - rows["onehot"].transpose(1, 2)
+    if c is not None:
+        if reg_temp is None:
+            raise ValueError("regularizer weights need reg_temp")
+        pt = p if temperature is None else group_softmax(z, temperature)
+        g = g + reg_temp * pt * (c - (c * pt).sum(dim=1, keepdim=True))
+    norms = torch.sqrt((g * g).sum(dim=1)) * rows["xnorm"]
+    valid = rows["valid"]
+    finite = torch.isfinite(norms)
+    if clip is None:
+        factors = torch.ones_like(norms)
+    else:
+        factors = torch.clamp(clip / (norms + 1e-12), max=1.0)
+    keep = finite & valid
+    factors = torch.where(keep, factors, torch.zeros_like(factors))
+    gs = torch.nan_to_num(g * factors[:, None, :], nan=0.0, posinf=0.0, neginf=0.0)
+    counted = torch.where(keep, norms, torch.zeros_like(norms))
+    clipped = ((norms > clip) & valid).sum(dim=1) if clip is not None else torch.zeros(len(z), dtype=torch.long)
+    return GroupSum(
+        grad_w=torch.bmm(gs, rows["X"]), grad_b=gs.sum(dim=2), clipped=clipped,
+        norm_sum=counted.sum(dim=1), nonfinite=(~finite & valid).sum(dim=1),
+    )
+
+
+def initial_parameters(members: Sequence[Member], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[nn.Linear]]:
+    """Each run's model initialised from its init seed (as alone), stacked: W (R, K, d), b (R, K)."""
+    from raco_cli.models import linear_layer
+
+    layers = []
+    for m in members:
+        core.initialize(m.model, m.seeds.init)
+        m.model.to(device)
+        layers.append(linear_layer(m.model))
+    W = torch.stack([layer.weight.detach().clone() for layer in layers])
+    b = torch.stack([layer.bias.detach().clone() for layer in layers])
+    return W, b, layers
+
+
+def per_run(values: Sequence[float], device: torch.device, *, dims: int = 3, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=dtype, device=device).view(-1, *([1] * (dims - 1)))
+
+
+class GroupCheckpoints:
+    """Each run's :class:`raco_cli.methods.core.Checkpoints`, fed one group evaluation."""
+
+    def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device) -> None:
+        self.members, self.layers = members, layers
+        self.model_scope = members[0].spec.scope == "model"
+        self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
+        self.runs = [
+            core.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
+            for m in members
+        ]
+
+    @torch.no_grad()
+    def record(self, step: int, W: torch.Tensor, b: torch.Tensor, lam: np.ndarray, windows: Sequence[tuple[Any, int] | None]) -> None:
+        metrics = self.evaluator.evaluate(W, b)
+        for r, (run, layer) in enumerate(zip(self.runs, self.layers)):
+            layer.weight.copy_(W[r])
+            layer.bias.copy_(b[r])
+            run.record(step, [float(v) for v in lam[r]], window=windows[r], metrics=metrics[r])
+
+    def finish(self) -> list[tuple[list, int, dict]]:
+        return [run.finish() for run in self.runs]
+
+
+def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
+    if violation_sum is None:
+        return [None] * R
+    return [(violation_sum[r].copy(), count) for r in range(R)]
+
+
+def run_core(
+    data: TabularData,
+    members: Sequence[Member],
+    *,
+    flags: core.CoreFlags,
+    steps: int,
+    device: torch.device,
+    reporter: Reporter | None = None,
+) -> list[TrainResult]:
+    """:func:`raco_cli.methods.core.run` of R runs at once; one :class:`TrainResult` per run.
+
+    ``reporter`` (optional) gets the group's steps (a progress bar); each member's reporter
+    gets its evaluations, and a step report at every evaluation (heartbeats).
+    """
+    check_group(members)
+    specs = [m.spec for m in members]
+    spec0, cons0, R = specs[0], members[0].constraints, len(members)
+    for s in specs:
+        if flags.private and (s.clip_norm is None or s.noise_multiplier is None):
+            raise ValueError("a private run needs clip_norm and noise_multiplier")
+        if flags.hist_noise and s.hist_noise_multiplier is None:
+            raise ValueError("histogram noise needs hist_noise_multiplier")
+    constrained = flags.constrained and not cons0.is_empty
+    train_idx = np.asarray(data.splits["train"])
+    n = len(train_idx)
+    q = min(1.0, spec0.batch_size / n)
+    expected_batch = q * n
+    W, b, layers = initial_parameters(members, device)
+    rows = GroupRows(data, train_idx, cons0.cells(data.y[train_idx], data.group[train_idx]), [m.scaling for m in members], device,
+                     n_cells=cons0.Q if constrained else 0)
+    membership, alpha = cons0.membership, cons0.alpha
+    gamma = np.stack([m.constraints.gamma for m in members])  # (R, J)
+    optimizer = GroupOptimizer(specs, device)
+    g_sample = [sampling_generator(m.seeds.sampling, secure=m.spec.secure_rng) for m in members]
+    g_noise = noise_sources(members, device)
+    independent = constrained and spec0.sampling == "independent"
+    clip = per_run([s.clip_norm for s in specs], device, dims=2) if spec0.clip_norm is not None else None  # type: ignore[misc]
+    noise_std = [s.required("noise_multiplier") * s.required("clip_norm") for s in specs] if flags.private else []
+    hist_scale = [s.required("hist_noise_multiplier") for s in specs] if flags.hist_noise and constrained else []
+    temps = [s.temperature for s in specs]
+    temperature = None if all(t == 1.0 for t in temps) else per_run(temps, device)
+    reg_temp = per_run([expected_batch * t for t in temps], device)
+    hard = spec0.dual == "hard"
+    lr_dual = np.array([s.lr_dual for s in specs])[:, None]
+    lambda_max = np.array([s.lambda_max for s in specs])[:, None]
+    floors = np.array([s.denominator_floor for s in specs])[:, None]
+
+    lam = np.zeros((R, cons0.J))
+    checkpoints = GroupCheckpoints(data, members, layers, device)
+    clipped = torch.zeros(R, dtype=torch.long)
+    norm_sum = torch.zeros(R)
+    nonfinite = torch.zeros(R, dtype=torch.long)
+    batch_sum = np.zeros(R, dtype=np.int64)
+    clock = StepClock()
+    counts = {"laplace_histogram": 0, "gaussian_gradient": 0}
+    violation_sum: np.ndarray | None = None
+    violation_steps = 0
+
+    def record(step: int) -> None:
+        nonlocal violation_sum, violation_steps
+        windows = _windows(violation_sum if flags.hist_noise else None, violation_steps, R)
+        checkpoints.record(step, W, b, lam, windows)
+        violation_sum, violation_steps = None, 0
+
+    record(0)
+    for t in range(1, steps + 1):
+        t0 = time.perf_counter()
+        idx, lengths = poisson_sample_many(n, q, g_sample, count=2 if independent else 1)
+        L = idx.shape[2]
+        batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
+        grad_rows = {k: v[:, -L:] for k, v in batch.items()}
+        c, g_dual, z = None, None, None
+        if constrained:
+            with torch.no_grad():
+                z_all = group_logits(W, b, batch["X"])
+            z_h, z = z_all[:, :, :L], z_all[:, :, -L:]
+            H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
+            if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
+                H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
+                counts["laplace_histogram"] += 1
+            weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
+            violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
+            violation_steps += 1
+            c = torch.bmm(torch.as_tensor(weights, device=device).float().transpose(1, 2), grad_rows["cellhot"].transpose(1, 2))
+        else:
+            with torch.no_grad():
+                z = group_logits(W, b, grad_rows["X"])
+        res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
+        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
+        grads = [res.grad_w, res.grad_b]
+        if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
+            counts["gaussian_gradient"] += 1
+            grads = releases.release(
+                "gradient",
+                lambda gw=res.grad_w, gb=res.grad_b: [gw + gaussian_many(tuple(gw.shape[1:]), noise_std, g_noise, dtype=gw.dtype),  # type: ignore[misc]
+                                                      gb + gaussian_many(tuple(gb.shape[1:]), noise_std, g_noise, dtype=gb.dtype)],
+            )
+        optimizer.step([W, b], grads, scale=1.0 / expected_batch)
+        if g_dual is not None:  # paper eq. 12 and line 13, per run
+            lam = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
+        evaluate_now = t % spec0.eval_every == 0 or t == steps
+        if evaluate_now and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        clock.add(time.perf_counter() - t0)
+        batch_sum += lengths[:, -1]
+        report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        if evaluate_now:
+            record(t)
+
+    finished = checkpoints.finish()
+    return [
+        TrainResult(
+            history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
+            stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                            sample_rate=q),
+            releases=dict(counts),
+        )
+        for r, (history, selected, state) in enumerate(finished)
+    ]
+
+
+def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:
+    """The group's step to its reporter (a progress bar); each run's, at evaluations only
+    (heartbeats: a step report per run per step would cost more than the step)."""
+    if reporter is not None:
+        reporter.on_step(t, steps, {})
+    if evaluate:
+        for m in members:
+            m.reporter.on_step(t, steps, {})
+
+
+def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, norm_sum: torch.Tensor, nonfinite: torch.Tensor,
+              clock: StepClock, sample_rate: float) -> dict[str, Any]:
+    """Run r's statistics, as the one-run loop reports them; step times are its share of the
+    group's step (1/R), with the group's step time beside them."""
+    R, n_rows = len(rows), int(rows[r])
+    return {
+        "mean_batch_size": float(n_rows) / max(steps, 1),
+        "clip_fraction": float(clipped[r]) / max(n_rows, 1),
+        "mean_grad_norm": float(norm_sum[r]) / max(n_rows, 1),
+        "nonfinite_rows": float(nonfinite[r]),
+        "time_per_step_ms": clock.steady_ms / R,
+        "first_step_ms": clock.first_ms / R,
+        "throughput_images_per_s": float(n_rows) * R / clock.total_s if clock.total_s > 0 else 0.0,
+        "batched": {"runs": R, "group_step_ms": clock.steady_ms},
+        "sample_rate": sample_rate,
+    }
+
+
+@torch.no_grad()
+def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperature: torch.Tensor | None) -> torch.Tensor:
+    """Exact histograms (R, Q, K) float64 of each run's batch (class-major logits z (R, K, L),
+    cells (R, L, Q); paper eq. 8), as
+    :func:`raco_cli.methods.core._histogram` (pad slots have no cell)."""
+    if hard:
+        probs = nn.functional.one_hot(z.argmax(dim=1), z.shape[1]).to(z.dtype).transpose(1, 2)
+    else:
+        probs = torch.nan_to_num(group_softmax(z, temperature), nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.bmm(probs, cellhot).transpose(1, 2).double()
+
+
+def _dual_step(
+    membership: np.ndarray, alpha: np.ndarray, H: np.ndarray, lam: np.ndarray, floors: np.ndarray, gamma: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`raco_cli.constraints.rate.ConstraintTensors.step` of R runs: regularizer weights
+    (R, Q, K) and dual gradients ``Gamma_post(H_r) - gamma_r`` (R, J), denominators read from
+    each noisy histogram and clamped to each run's floor."""
+    J, M, K = alpha.shape
+    denom = np.maximum(H.sum(axis=2) @ membership.T, floors)  # clamp_denominators, per run's floor
+    rates = np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]
+    g = rates.reshape(len(H), M * K) @ alpha.reshape(J, M * K).T - gamma
+    per_subset = (lam @ alpha.reshape(J, M * K)).reshape(len(H), M, K)
+    weights = np.einsum("mq,rmk->rqk", membership, per_subset / denom[:, :, None])
+    return weights, g

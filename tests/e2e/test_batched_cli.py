@@ -1,0 +1,66 @@
+"""A grouped sweep (one launcher job trains its runs as one problem) writes what an
+ungrouped sweep writes: same run directories, summaries (to 1e-6), config hashes and MLflow runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+FAST = ["dataset=synthetic", "method.batch_size=200", "method.eval_every=10", "method.steps=30", "method.calibrate_noise=true"]
+
+
+def raco(*args, cwd, timeout=600):
+    return subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+
+
+TIMES = ("wall_time_s", "time_per_step_ms", "first_step_ms", "throughput_images_per_s", "batched", "group_wall_time_s")
+
+
+def _close(a, b, path=""):
+    if isinstance(a, dict):
+        assert set(a) - set(TIMES) == set(b) - set(TIMES), path
+        for k in set(a) - set(TIMES):
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, abs_tol=1e-6), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("scope", ["paper", pytest.param("model", marks=pytest.mark.slow)])
+def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
+    out = {}
+    for group in ("true", "false"):
+        sweep = tmp_path / f"sweep_{group}"
+        res = raco("train", "--multirun", *FAST, "seed=0,1", "constraint.gamma=0.02,0.2", f"privacy.scope={scope}",
+                   f"hydra.sweeper.group={group}", f"tracking.uri=sqlite:///{tmp_path / (group + '.db')}", f"hydra.sweep.dir={sweep}",
+                   cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        out[group] = {n: json.loads((sweep / str(n) / "summary.json").read_text()) for n in range(4)}
+        assert not (sweep / "0" / "curves.png").exists()  # tracking.curves=auto: not in sweeps
+    assert (tmp_path / "sweep_true" / "groups" / "0").is_dir() and not (tmp_path / "sweep_false" / "groups").exists()
+    for n in range(4):
+        grouped, alone = out["true"][n], out["false"][n]
+        alone.pop("mlflow"), grouped.pop("mlflow")
+        _close(alone, grouped)
+    if scope == "paper":
+        assert out["true"][0]["stats"]["batched"]["runs"] == 4 and "batched" not in out["false"][0]["stats"]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'true.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("raco").experiment_id])
+    children = [r for r in runs if r.data.tags.get("raco.role") != "sweep"]
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    assert {r.data.tags["raco.run_dir"] for r in children} == {str(tmp_path / "sweep_true" / str(n)) for n in range(4)}
+    assert all(len(client.get_metric_history(r.info.run_id, "test/accuracy")) == 4 for r in children)  # steps 0,10,20,30

@@ -1,0 +1,165 @@
+"""Batched training: a run trained inside a group equals the same run trained alone.
+
+Selected step, every evaluation's metrics, the multipliers and the model agree to 1e-6
+(relative to the parameters' scale: float summation order differs between one run's matrix
+products and a group's batched ones), and so do the release counts.  One case per method and
+mode; the group always mixes seeds, gammas, noise multipliers, learning rates and tau.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from raco_cli import constraints, methods, models
+from raco_cli.methods import batched
+from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.privacy.mechanisms import noise_source, poisson_sample, poisson_sample_many
+from raco_cli.privacy.preprocessing import apply_scaling, dp_scaling
+
+TOL = 1e-6
+STEPS = 30
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def small():
+    from raco_cli.data import synthetic
+
+    return synthetic.load(n=1200, n_features=6, seed=0)
+
+
+def _model(data):
+    return models.build("logreg", input_shape=data.input_shape, n_classes=data.n_classes)
+
+
+def _specs(name: str, **kw) -> list[MethodSpec]:
+    private = methods.get(name).PRIVATE
+    base = MethodSpec(
+        name=name, batch_size=100, eval_every=10, lr=1.0, temperature=2.0, clip_norm=1.0 if private else None,
+        noise_multiplier=1.0 if private else None, hist_noise_multiplier=2.0 if private else None,
+        selection_eps=0.5 if kw.get("scope") == "model" else 0.0,
+    )
+    base = replace(base, **kw)
+    out = []
+    for i in range(3):
+        s = replace(base, lr=base.lr * (0.5 + 0.5 * i), temperature=1.0 + (i % 2), lr_dual=0.1 * (1 + i))
+        if private:
+            s = replace(s, noise_multiplier=1.0 + 0.3 * i, hist_noise_multiplier=2.0 + i)
+        out.append(s)
+    return out
+
+
+def _compare(alone, group):
+    scale = max(1.0, max(float(v.abs().max()) for a in alone for v in a.state_dict.values()))
+    for a, g in zip(alone, group):
+        assert a.selected == g.selected and a.steps == g.steps
+        assert a.releases == g.releases
+        assert [r.step for r in a.history] == [r.step for r in g.history]
+        for k, v in a.state_dict.items():
+            assert float((v - g.state_dict[k]).abs().max()) <= TOL * scale, k
+        for ra, rg in zip(a.history, g.history):
+            assert ra.metrics.keys() == rg.metrics.keys()
+            np.testing.assert_allclose(ra.lam, rg.lam, atol=TOL * scale)
+            for split, m in ra.metrics.items():
+                for key, value in m.items():
+                    other = rg.metrics[split][key]
+                    if isinstance(value, float):
+                        assert other == pytest.approx(value, abs=TOL, nan_ok=True), (split, key)
+                    elif not isinstance(value, (dict, list)):
+                        assert value == other, (split, key)
+        for key in ("mean_batch_size", "clip_fraction", "mean_grad_norm", "nonfinite_rows"):
+            assert g.stats[key] == pytest.approx(a.stats[key], abs=TOL)
+
+
+def _run_both(data, name, specs, *, scalings=None, constraint="dp"):
+    module = methods.get(name)
+    seeds = [Seeds.from_seed(i) for i in range(len(specs))]
+    cons = [constraints.build(constraint, n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.02 + 0.03 * i) for i in range(len(specs))]
+    alone = []
+    for i, spec in enumerate(specs):
+        d = data if scalings is None else apply_scaling(data, *scalings[i])
+        alone.append(module.fit(d, _model(data), cons[i], spec, steps=STEPS, seeds=seeds[i], device=CPU, reporter=NullReporter()))
+    members = [batched.Member(model=_model(data), constraints=c, spec=s, seeds=sd, scaling=None if scalings is None else scalings[i])
+               for i, (c, s, sd) in enumerate(zip(cons, specs, seeds))]
+    group = module.fit_many(data, members, steps=STEPS, device=CPU)
+    _compare(alone, group)
+    for m, g in zip(members, group):  # the member's model holds its selected checkpoint, as after fit
+        for k, v in m.model.state_dict().items():
+            assert torch.equal(v, g.state_dict[k])
+    return alone, group
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("raco_dp", {}),
+        ("raco_dp", {"sampling": "shared"}),
+        ("raco_dp", {"dual": "hard"}),
+        ("raco_dp", {"scope": "model"}),
+        ("raco_dp", {"optimizer": "momentum"}),
+        ("raco_dp", {"optimizer": "adam", "lr": 0.05}),
+        ("dp_sgd", {}),
+        ("sgda", {}),
+        ("sgd", {}),
+        ("sgd", {"clip_norm": 0.5}),
+    ],
+)
+def test_a_run_in_a_group_equals_the_run_alone(small, name, kw):
+    _run_both(small, name, _specs(name, **kw))
+
+
+@pytest.mark.parametrize("scope", ["paper", "model"])
+def test_dp_fermi_in_a_group_equals_alone(small, scope):
+    specs = [replace(s, options={"lam": lam, "noise_multiplier_w": 2.0 + i, **({"group_proportions": [0.4, 0.6]} if i == 2 else {})},
+                     hist_noise_multiplier=None, temperature=1.0)
+             for i, (s, lam) in enumerate(zip(_specs("dp_fermi", scope=scope), (0.0, 1.0, 4.0)))]
+    alone, group = _run_both(small, "dp_fermi", specs)
+    assert [g.stats["group_proportions"] for g in group] == [a.stats["group_proportions"] for a in alone]
+    assert group[0].releases["gaussian_gradient_w"] == 0 and group[1].releases["gaussian_gradient_w"] == STEPS
+
+
+def _public(data):
+    """``data`` as a public-bounds encoding: the first 3 columns numeric in [-1, 1], one row with a NaN feature."""
+    X = np.array(data.X, dtype=np.float32)
+    X[:, :3] = np.tanh(X[:, :3])
+    X[5, 4] = np.nan  # a non-finite non-numeric feature: the row is dropped in both paths
+    return replace(data, X=X, meta={**data.meta, "preprocessing": "public", "numeric_features": 3})
+
+
+@pytest.mark.parametrize("name", ["raco_dp", "dp_fermi"])
+def test_per_run_dp_standardisation_is_applied_on_the_fly(small, name):
+    """scope=model: each run's own DP (mean, std) on one shared public X equals the run on its
+    own standardised copy of X (the one-run path)."""
+    data = _public(small)
+    scalings = [dp_scaling(data, noise_multiplier=2.0, source=noise_source(Seeds.from_seed(i).preprocessing, "cpu", secure=False))
+                for i in range(3)]
+    assert not np.allclose(scalings[0][0], scalings[1][0])
+    specs = _specs(name, scope="model")
+    if name == "dp_fermi":
+        specs = [replace(s, options={"lam": 2.0}, hist_noise_multiplier=None, temperature=1.0) for s in specs]
+    _run_both(data, name, specs, scalings=scalings)
+
+
+def test_poisson_samples_of_many_runs_are_each_runs_own():
+    for n, q, count in ((2000, 0.05, 2), (50, 0.9, 2), (10, 0.05, 1)):
+        a = [np.random.default_rng(s) for s in range(8)]
+        b = [np.random.default_rng(s) for s in range(8)]
+        for _ in range(10):
+            idx, lengths = poisson_sample_many(n, q, a, count=count)
+            for r in range(8):
+                for k, ref in enumerate(poisson_sample(n, q, b[r], count=count)):
+                    assert np.array_equal(idx[r, k, : lengths[r, k]], ref.numpy())
+                    assert (idx[r, k, lengths[r, k] :] == n).all()
+
+
+def test_a_group_rejects_runs_that_differ_in_structure(small):
+    specs = _specs("raco_dp")
+    cons = constraints.build("dp", n_classes=2, n_groups=small.n_groups, gamma=0.05)
+    members = [batched.Member(model=_model(small), constraints=cons, spec=s, seeds=Seeds.from_seed(0)) for s in specs]
+    members[1] = replace(members[1], spec=replace(specs[1], sampling="shared"))
+    with pytest.raises(ValueError, match="method.sampling"):
+        batched.check_group(members)

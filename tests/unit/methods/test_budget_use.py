@@ -1,0 +1,58 @@
+"""Budget use: a run whose T hits method.max_steps spends its eps (within 1 %), and the plan cache."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from raco_cli.methods import dp_fermi, dp_sgd, planning, raco_dp
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import accountant
+
+
+@pytest.mark.parametrize("module, spec", [
+    (raco_dp, MethodSpec(name="raco_dp", batch_size=100, max_steps=50, noise_multiplier=3.0, hist_noise_multiplier=12.0)),
+    (dp_sgd, MethodSpec(name="dp_sgd", batch_size=100, max_steps=50, noise_multiplier=3.0)),
+    (dp_fermi, MethodSpec(name="dp_fermi", batch_size=100, max_steps=50, noise_multiplier=3.0, options={"lam": 1.0})),
+])
+def test_a_run_capped_by_max_steps_spends_its_budget(module, spec):
+    planning._CACHE.clear()
+    p = planning.plan(module, spec, n_train=5000, eps=4.0, delta=1e-5, constrained=True, discretization=1e-3)
+    assert p.steps == 50
+    spent = accountant.epsilon(p.event, 1e-5, discretization=1e-3)
+    assert 0.99 * 4.0 <= spent <= 4.0
+    assert p.spec.noise_multiplier < spec.noise_multiplier  # less noise, not more steps
+    # the unscaled noise would have left budget unspent (the case this fixes)
+    assert accountant.epsilon(planning.run_event(module, spec, 100 / 5000, 50, constrained=True), 1e-5) < 0.99 * 4.0
+
+
+def test_the_noise_floor_stops_calibration_with_one_line(caplog):
+    planning._CACHE.clear()
+    spec = MethodSpec(name="dp_sgd", batch_size=10, max_steps=3, noise_multiplier=3.0)
+    with caplog.at_level(logging.INFO, logger="raco_cli.methods.planning"):
+        p = planning.plan(dp_sgd, spec, n_train=5000, eps=1000.0, delta=1e-5, constrained=False, discretization=1e-2)
+    assert p.spec.noise_multiplier == pytest.approx(0.1, rel=1e-6)  # limits.MIN_NOISE_MULTIPLIER
+    lines = [r.getMessage() for r in caplog.records if "Budget use" in r.getMessage()]
+    assert len(lines) == 1 and "noise floor" in lines[0] and "method.max_steps" in lines[0]
+
+
+def test_a_run_within_max_steps_is_unchanged():
+    planning._CACHE.clear()
+    spec = MethodSpec(name="dp_sgd", batch_size=100, max_steps=3000, noise_multiplier=1.0)
+    p = planning.plan(dp_sgd, spec, n_train=5000, eps=1.0, delta=1e-5, constrained=False, discretization=1e-3)
+    assert p.spec == spec and p.steps < 3000
+
+
+def test_plans_are_cached_by_their_inputs(monkeypatch):
+    planning._CACHE.clear()
+    calls = []
+    original = planning.plan_uncached
+    monkeypatch.setattr(planning, "plan_uncached", lambda *a, **k: calls.append(1) or original(*a, **k))
+    spec = MethodSpec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
+    first = planning.plan(dp_sgd, spec, n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
+    assert planning.plan(dp_sgd, spec, n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3) is first
+    planning.plan(dp_sgd, replace(spec, lr=0.1), n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
+    planning.plan(dp_sgd, spec, n_train=5000, eps=3.0, delta=1e-5, constrained=False, discretization=1e-3)
+    assert len(calls) == 3
