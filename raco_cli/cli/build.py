@@ -25,6 +25,8 @@ from raco_cli.privacy.limits import check_noise
 # data files are read from is checksum-verified; the device changes nothing but speed).
 # `threads` is in: it changes the step times a timing sweep (Table 2) measures.
 # Everything else is in, the seed included: the hash identifies one computation.
+TASK_CHOICES = ("auto", "classification", "regression")
+MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 is eps ~ 92 at delta 1e-5)
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download")
 
 
@@ -87,6 +89,8 @@ class RunSpec:
     config_hash: str
     threads: int | None = None  # torch CPU threads (None: torch's default)
     scope: str = "model"  # privacy.scope: model | paper (what eps covers; docs/privacy.md)
+    task: str = "auto"  # task: auto (the dataset's) | classification | regression
+    rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -254,6 +258,10 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     delta = _number(c, "delta", "delta", "delta is the failure probability of the guarantee.")
     if not 0 < delta < 1:
         raise ConfigError(DELTA_RANGE.format(value=delta))
+    task = c.get("task", "auto")
+    if task not in TASK_CHOICES:
+        raise ConfigError(CHOICE.format(key="task", choices=", ".join(TASK_CHOICES), value=task,
+                                        meaning="auto follows the dataset (group_mixture: regression, the others: classification)."))
     seed = _integer(c, "seed", "seed", "the run seed.")
     if seed is None or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer (got seed={seed}).")
@@ -270,6 +278,16 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
 
     check_discretization("privacy.discretization", discretization)
     secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
+    rho = privacy.get("rho")
+    if rho is not None:
+        rho = _number(privacy, "rho", "privacy.rho", "a rho-zCDP budget (null: use eps).")
+        if not 0 < rho <= MAX_RHO:
+            raise ConfigError(f"privacy.rho must be in (0, {MAX_RHO:g}] or null (got privacy.rho={rho:g}); it is a rho-zCDP budget "
+                              "(the DPSE paper's 2, 4.5, 8), used instead of eps.")
+        from raco_cli.privacy.accountant import rho_epsilon
+
+        # the accountant converts: eps of the rho-zCDP Gaussian at delta (docs/dpse.md)
+        eps = rho_epsilon(rho, delta, discretization=discretization)
     scope = privacy.get("scope", "model")
     if scope not in SCOPES:
         raise ConfigError(CHOICE.format(key="privacy.scope", choices=", ".join(SCOPES), value=scope,
@@ -354,4 +372,6 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         config_hash=config_hash(c),
         threads=threads,
         scope=scope,
+        task=str(task),
+        rho=rho,
     )

@@ -92,6 +92,13 @@ DATASETS: dict[str, DatasetEntry] = {
             needs_files=False,
         ),
         DatasetEntry(
+            "group_mixture",
+            "raco_cli.data.group_mixture",
+            "generated OLS group mixture of the DPSE paper: real-valued label (task=regression), K groups",
+            "generated",
+            needs_files=False,
+        ),
+        DatasetEntry(
             "synthetic_images",
             "raco_cli.data.synthetic_images",
             "generated (3, S, S) images with a group disparity (image-model tests and smoke runs)",

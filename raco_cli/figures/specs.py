@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tradeoff", "satisfaction", "clipping", "timing"]
+Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "group_table", "mspe_vs_rho"]
 
 # the constraint value on the x axis, by constraint registry key (summary.json metric names)
 X_METRIC = {"dp": "dp_gap", "eo": "eo_gap", "fnr": "fnr", "fpr": "fpr"}
@@ -95,6 +95,14 @@ FIGURES: dict[str, FigureSpec] = {
                    y="error", series=("eps", "method.dual"), gamma_lines=True),
         FigureSpec("fig9_low_eps", "fig9_low_eps", "tradeoff", "Adult, demographic parity, small eps (Fig. 9)"),
         FigureSpec("table2_timing", "table2_timing", "timing", "Time per step, batch 512 (Table 2)"),
+        # the DPSE paper (papers/dpse-privacy-budget-tailoring.txt), docs/dpse.md
+        FigureSpec("dpse_table1", "dpse_table1", "group_table", "DPSE paper Table 1: K = 5 groups, 20x, rho = 2",
+                   where={"privacy.rho": (2,)}),
+        FigureSpec("dpse_table2", "dpse_table2", "group_table", "DPSE paper Table 2: K = 5 groups, 20x, rho = 4.5",
+                   where={"privacy.rho": (4.5,)}),
+        FigureSpec("dpse_table3", "dpse_table3", "group_table", "DPSE paper Table 3: K = 5 groups, 20x, rho = 8",
+                   where={"privacy.rho": (8,)}),
+        FigureSpec("dpse_fig2", "dpse_fig2", "mspe_vs_rho", "DPSE paper Figure 2: two groups, smallest group's MSPE"),
     )
 }
 

@@ -34,7 +34,7 @@ PARENT_FILE = ".mlflow_parent_run_id"
 # scalar metrics mirrored to MLflow at every evaluation, per split
 EVAL_METRICS = (
     "accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard",
-    "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr",
+    "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr", "mspe", "worst_group_mspe",
 )  # fmt: skip
 
 

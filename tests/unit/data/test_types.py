@@ -42,7 +42,7 @@ def test_invalid(kw, match):
 def test_unknown_dataset_message():
     with pytest.raises(ConfigError) as info:
         get("adlt")
-    assert str(info.value) == "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, heart, parkinsons, synthetic, synthetic_images, table."
+    assert str(info.value) == "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, credit, group_mixture, heart, parkinsons, synthetic, synthetic_images, table."
 
 
 def test_synthetic_has_a_disparity(synthetic):
