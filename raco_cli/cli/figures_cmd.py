@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raco_cli.cli.args import OneLineParser
 from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
 from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknown_name
+
+if TYPE_CHECKING:
+    from raco_cli.figures.published import PublishedPoint
+    from raco_cli.figures.specs import FigureSpec
 
 DEFAULT_OUT = Path("outputs/figures")
 REPRODUCTION_DOC = Path("docs/reproduction.md")
@@ -52,6 +57,16 @@ def _split(argv: list[str]) -> tuple[list[str], str | None]:
     return rest, uri
 
 
+def published_points(spec: FigureSpec) -> list[PublishedPoint]:
+    """The published Lowy et al. 2023 points a figure overlays (none if it overlays none)."""
+    from raco_cli.figures.published import load_published
+
+    pub = spec.published
+    if not pub:
+        return []
+    return [p for e in pub["eps"] for p in load_published(dataset=pub["dataset"], constraint=pub["constraint"], epsilon=e)]
+
+
 def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: bool = True) -> list[Path]:
     """Draw one figure from its experiment.
 
@@ -59,7 +74,7 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
         NoRunsError: the experiment has no finished runs (the message names the sweep).
     """
     from raco_cli.cli.sweeper import SMOKE_SUFFIX
-    from raco_cli.figures import plots, published
+    from raco_cli.figures import plots
     from raco_cli.figures.specs import FIGURES
     from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
 
@@ -71,12 +86,7 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
             NO_RUNS.format(what=f"figure {name}", experiment=experiment, uri=uri, sweep=spec.sweep,
                            smoke=" SMOKE=1" if smoke else "")
         )
-    points = []
-    if spec.published:
-        points = [
-            p for e in spec.published["eps"]
-            for p in published.load_published(dataset=spec.published["dataset"], constraint=spec.published["constraint"], epsilon=e)
-        ]
+    points = published_points(spec)
     name_out = f"{name}{SMOKE_SUFFIX}" if smoke else name
     from dataclasses import replace
 
@@ -179,7 +189,7 @@ def reproduction_main(
     import os
 
     from raco_cli.cli.sweeper import SMOKE_SUFFIX
-    from raco_cli.figures import published, reproduction
+    from raco_cli.figures import reproduction
     from raco_cli.figures.specs import FIGURES
     from raco_cli.tracking.mlflow_store import run_records
 
@@ -193,10 +203,7 @@ def reproduction_main(
         experiment = sweep_experiment(spec.sweep) + (SMOKE_SUFFIX if smoke else "")
         if experiment not in cache:
             cache[experiment] = run_records(uri, experiment)
-        points = []
-        if spec.published:
-            points = [p for e in spec.published["eps"] for p in published.load_published(
-                dataset=spec.published["dataset"], constraint=spec.published["constraint"], epsilon=e)]
+        points = published_points(spec)
         png = f"{name}{SMOKE_SUFFIX if smoke else ''}.png"
         image = next((f"{sub}{png}" for sub in ("", "figures/") if (doc.parent / sub / png).exists()), None)
         blocks[name] = reproduction.figure_block(
