@@ -182,6 +182,17 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
+def planned_runs(sweep: str, *, smoke: bool) -> int:
+    """How many runs a sweep file plans (its grids expanded; smoke axes with ``smoke``)."""
+    import yaml
+
+    from raco_cli.cli.sweeper import plan_jobs
+
+    sweeper = ((yaml.safe_load((SWEEPS_DIR / f"{sweep}.yaml").read_text()) or {}).get("hydra") or {}).get("sweeper") or {}
+    return len(plan_jobs(sweeper.get("grids"), sweeper.get("params"), [], smoke=smoke,
+                         smoke_params=sweeper.get("smoke_params"), smoke_overrides=sweeper.get("smoke_overrides")))
+
+
 def reproduction_main(
     uri: str, *, smoke: bool, doc: Path | None, wall_time: float | None, sweeps: list[str] | None = None
 ) -> int:
@@ -207,7 +218,8 @@ def reproduction_main(
         png = f"{name}{SMOKE_SUFFIX if smoke else ''}.png"
         image = next((f"{sub}{png}" for sub in ("", "figures/") if (doc.parent / sub / png).exists()), None)
         blocks[name] = reproduction.figure_block(
-            name, cache[experiment], uri=uri, experiment=experiment, smoke=smoke, published=points, image=image)
+            name, cache[experiment], uri=uri, experiment=experiment, smoke=smoke, published=points, image=image,
+            planned=planned_runs(spec.sweep, smoke=smoke))
     existing = doc.read_text() if doc.exists() else None
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(reproduction.render(blocks, existing))

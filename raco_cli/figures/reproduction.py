@@ -185,15 +185,16 @@ def _clipping_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec) -> l
 
 def figure_block(
     name: str, records: Sequence[Mapping[str, Any]], *, uri: str, experiment: str, smoke: bool = False,
-    published: Sequence[PublishedPoint] = (), image: str | None = None,
+    published: Sequence[PublishedPoint] = (), image: str | None = None, planned: int | None = None,
 ) -> str:
-    """The markdown of one figure (without the markers)."""
+    """The markdown of one figure (without the markers); ``planned``: the jobs its sweep file plans."""
     spec = FIGURES[name]
     smoke_arg = " SMOKE=1" if smoke else ""
     status = [r.get("status") for r in records]
     finished = status.count("FINISHED")
+    plan = "" if planned is None else f"; `sweeps/{spec.sweep}.yaml` plans {planned} runs"
     lines = [f"## {spec.title}", "", f"Command: `make sweep-{spec.sweep}{smoke_arg} && make fig-{name}{smoke_arg}` "
-             f"(experiment `{experiment}`).", ""]
+             f"(experiment `{experiment}`{plan}).", ""]
     if finished:
         seeds: dict[tuple[Any, ...], int] = {}
         for r in records:
@@ -201,8 +202,9 @@ def figure_block(
                 p = r.get("params", {})
                 key = tuple(sorted((k, v) for k, v in p.items() if k != "seed" and not k.startswith("tracking.")))
                 seeds[key] = seeds.get(key, 0) + 1
-        lines += [f"Runs: {finished} finished, {status.count('FAILED')} failed, {len(records) - finished - status.count('FAILED')} "
-                  f"other; {min(seeds.values())}–{max(seeds.values())} seeds per configuration.", ""]
+        lines += [f"Runs in the experiment: {finished} finished, {status.count('FAILED')} failed, "
+                  f"{len(records) - finished - status.count('FAILED')} other; {min(seeds.values())}–{max(seeds.values())} "
+                  "seeds per configuration.", ""]
         if image:
             lines += [f"![{name}]({image})", ""]
     else:

@@ -48,7 +48,7 @@ def test_block_puts_our_mean_ci_next_to_the_papers_number() -> None:
     # at gap <= 0.011 only gamma 0.02 qualifies
     row = next(line for line in block.splitlines() if "error at DP gap <= 0.011" in line)
     assert f"{1 - statistics.mean(ACC[0.02]):.4f} ± {_ci95([1 - a for a in ACC[0.02]]):.4f}" in row
-    assert "Runs: 6 finished, 0 failed" in block and "3–3 seeds per configuration" in block
+    assert "Runs in the experiment: 6 finished, 0 failed" in block and "3–3 seeds per configuration" in block
 
 
 def test_threshold_table_and_published_rows() -> None:
