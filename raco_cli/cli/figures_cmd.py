@@ -207,7 +207,7 @@ def reproduction_main(
     doc = doc or (DEFAULT_OUT / "reproduction_smoke.md" if smoke else REPRODUCTION_DOC)
     blocks: dict[str, str] = {}
     if wall_time is not None:
-        blocks["wall_time"] = reproduction.wall_time_line(wall_time, os.cpu_count(), smoke, sweeps or reproduction.REPRODUCED)
+        blocks[reproduction.WALL_TIME] = reproduction.wall_time_line(wall_time, os.cpu_count(), smoke, sweeps or reproduction.REPRODUCED)
     cache: dict[str, list[dict]] = {}
     for name in reproduction.REPRODUCED:
         spec = FIGURES[name]

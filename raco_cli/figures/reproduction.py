@@ -32,6 +32,7 @@ THRESHOLDS: dict[str, tuple[float | None, ...]] = {
 }  # fmt: skip
 BEGIN = "<!-- BEGIN raco report --reproduction: {name} -->"
 END = "<!-- END raco report --reproduction: {name} -->"
+WALL_TIME = "wall_time"  # the block of the measured total of `make reproduce`
 
 HEADER = """# Reproduction of the paper's CPU figures and tables
 
@@ -244,6 +245,9 @@ def render(blocks: Mapping[str, str], existing: str | None = None) -> str:
         found = pattern.search(doc)
         if found:  # (not re.sub: the block's text is not a replacement template)
             doc = doc[: found.start()] + block + doc[found.end() :]
+        elif name == WALL_TIME and BEGIN.split("{")[0] in doc:  # the total goes above the figures
+            first = doc.index(BEGIN.split("{")[0])
+            doc = doc[:first] + block + "\n\n" + doc[first:]
         else:
             doc = doc.rstrip("\n") + "\n\n" + block + "\n"
     return doc if doc.endswith("\n") else doc + "\n"

@@ -85,6 +85,8 @@ def test_regenerating_keeps_hand_written_text() -> None:
     assert "new numbers" in second and "old numbers" not in second
     assert "Explanation written by hand." in second and second.count("BEGIN raco report") == 2
     assert second.startswith("# Reproduction")
+    third = reproduction.render({reproduction.WALL_TIME: "62 min\n"}, second)
+    assert third.index("62 min") < third.index("new numbers") and "Explanation written by hand." in third
 
 
 @pytest.mark.filterwarnings("ignore")
