@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raco_cli.figures.aggregate import AggPoint, aggregate, as_number, curves, run_points
+from raco_cli.figures.aggregate import AggPoint, aggregate, as_number, curves, matches, run_points
 from raco_cli.figures.paper_numbers import PAPER_NUMBERS, Query
 from raco_cli.figures.pareto import mean_ci
 from raco_cli.figures.published import PublishedPoint
@@ -104,7 +104,7 @@ def answer(query: Query, records: Sequence[Mapping[str, Any]], spec: FigureSpec)
             if query.method and (r.get("tags", {}).get("method") or r.get("params", {}).get("method.name")) != query.method:
                 continue
             params = r.get("params", {})
-            if not all(any(_same(params.get(k), a) for a in v) for k, v in query.where.items()):
+            if not all(matches(params.get(k), v) for k, v in query.where.items()):
                 continue
             if query.unbatched and r.get("metrics", {}).get("batched_runs"):
                 continue
@@ -125,11 +125,6 @@ def answer(query: Query, records: Sequence[Mapping[str, Any]], spec: FigureSpec)
     if best is None:
         return f"no configuration with mean {_x_short(x_metric)} <= {query.max_x:g}"
     return _cell(best, _x_short(x_metric))
-
-
-def _same(value: Any, allowed: Any) -> bool:
-    a, b = as_number(value), as_number(allowed)
-    return (a is not None and b is not None and math.isclose(a, b)) or str(value) == str(allowed)
 
 
 def _tradeoff_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, published: Sequence[PublishedPoint]) -> list[str]:
