@@ -20,6 +20,7 @@ commands:
   tune [overrides]      hyperparameter search (Optuna, paper App. E.2) + retrain over seeds
   figures [NAME ...]    paper figures from MLflow -> outputs/figures/ (PNG + PDF)
   report EXPERIMENT     Pareto table and hard-constraint satisfaction of an experiment
+  report --reproduction every reproduced figure: ours next to the paper's (docs/reproduction.md)
   privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
   data list|fetch|info|describe
                         datasets: presence, download + checksum, split statistics;

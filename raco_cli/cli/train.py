@@ -258,7 +258,7 @@ def warn_secure_rng(private: bool, secure: bool) -> None:
             "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
             "recorded, so the guarantee does not hold against readers of the records (they know every "
             "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
-            "release (see README, 'Noise source and floating point')."
+            "release (see docs/privacy.md, 'Noise source and floating point')."
         )
 
 
