@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raco_cli.figures.aggregate import _matches, as_number
+from raco_cli.figures.aggregate import as_number, matches
 from raco_cli.figures.pareto import MeanCI, mean_ci
 
 PUBLISHED_DPSE = Path(__file__).with_name("published_dpse.csv")
@@ -83,7 +83,7 @@ def group_values_by_seed(
             continue
         params, tags = rec.get("params", {}), rec.get("tags", {})
         private = str(tags.get("private", "true")).lower() == "true"
-        if private and where and not all(_matches(params.get(k), v) for k, v in where.items()):
+        if private and where and not all(matches(params.get(k), v) for k, v in where.items()):
             continue
         label = variant(tags.get("method") or params.get("method.name", "?"), params)
         seed = int(as_number(params.get("seed")) or 0)
