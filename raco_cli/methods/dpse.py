@@ -208,7 +208,8 @@ def run_event(spec: MethodSpec, sample_rate: float, steps: int, *, constrained: 
 def budget_weights(s: torch.Tensor, allocation: str) -> torch.Tensor:
     """Budget weights w_k in (0, 1] from the standard errors s_k (module docstring).
 
-    >>> budget_weights(torch.tensor([1.0, 2.0]), "max").tolist(), budget_weights(torch.tensor([1.0, 2.0]), "sum").tolist()
+    >>> s = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> budget_weights(s, "max").tolist(), budget_weights(s, "sum").tolist()
     ([0.25, 1.0], [0.2, 0.8])
     """
     if allocation == "uniform":
