@@ -82,6 +82,26 @@ figures: $(STAMP) ## every paper figure with runs in MLflow -> outputs/figures/ 
 fig-%: $(STAMP) ## one figure: make fig-fig4_adult [SMOKE=1]
 	$(RACO) figures $* $(if $(SMOKE),--smoke) $(ARGS)
 
+# every CPU figure/table of the paper (order: fig2b and fig3 reuse fig4_adult's runs; names = figure names)
+REPRODUCE ?= fig4_adult fig2b_adult fig3_satisfiability fig4_credit fig4_parkinsons fig5_adult fig5_heart \
+	fig6_credit fig8a_clipping fig8b_hard_soft fig9_low_eps table2_timing
+REPRODUCE_FIGURES := $(if $(SMOKE),outputs/figures,docs/figures)
+
+reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; resumable; total wall time at the end [SMOKE=1] [REPRODUCE="fig4_adult ..."]
+	@start=$$(date +%s); failed=""; \
+	for s in $(REPRODUCE); do \
+		echo "== make reproduce: sweep $$s"; \
+		$(RACO) train +sweep=$$s $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) || failed="$$failed sweep-$$s"; \
+	done; \
+	for s in $(REPRODUCE); do \
+		$(RACO) figures $$s $(if $(SMOKE),--smoke) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed fig-$$s"; \
+	done; \
+	rm -f $(if $(SMOKE),,docs/figures/*.pdf); \
+	elapsed=$$(( $$(date +%s) - start )); \
+	$(RACO) report --reproduction $(if $(SMOKE),--smoke) --wall-time $$elapsed --sweeps "$(REPRODUCE)" || failed="$$failed report"; \
+	echo "make reproduce: total wall time $$((elapsed / 60)) min $$((elapsed % 60)) s (sweeps + figures)"; \
+	if [ -n "$$failed" ]; then echo "make reproduce: failed:$$failed (re-run to resume)"; exit 1; fi
+
 report-%: $(STAMP) ## Pareto table + satisfaction of an experiment: make report-fig4_adult
 	$(RACO) report $* $(ARGS)
 
@@ -91,4 +111,4 @@ ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test test-mutants test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba figures ui clean-outputs
+.PHONY: help install train test reproduce test-mutants test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba figures ui clean-outputs

@@ -3,7 +3,7 @@
 (``audit.target=histogram``, the default; the gradient release is audited by
 :mod:`raco_cli.audit.gradient`, ``audit.target=gradient``.)
 
-Design (research note ``audit.md``; README "Privacy audit"):
+Design (research note ``audit.md``; docs/privacy.md "Privacy audit"):
 
 1. m canary records; canary i is included in the training set iff ``S_i = +1``, with
    ``S_i`` uniform on {-1, +1}, drawn from the audit's own seed (independent of the

@@ -25,6 +25,8 @@ from raco_cli.privacy.limits import check_noise
 # data files are read from is checksum-verified; the device changes nothing but speed).
 # `threads` is in: it changes the step times a timing sweep (Table 2) measures.
 # Everything else is in, the seed included: the hash identifies one computation.
+TASK_CHOICES = ("auto", "classification", "regression")
+MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 is eps ~ 92 at delta 1e-5)
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download")
 
 
@@ -89,6 +91,8 @@ class RunSpec:
     threads: int | None = None  # torch CPU threads (None: torch's default)
     scope: str = "model"  # privacy.scope: model | paper (what eps covers; docs/privacy.md)
     delta_exponent: float | None = None  # privacy.delta_exponent: delta = n_train^-exponent (set once the data is loaded)
+    task: str = "auto"  # task: auto (the dataset's) | classification | regression
+    rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -256,6 +260,10 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
     delta = _number(c, "delta", "delta", "delta is the failure probability of the guarantee.")
     if not 0 < delta < 1:
         raise ConfigError(DELTA_RANGE.format(value=delta))
+    task = c.get("task", "auto")
+    if task not in TASK_CHOICES:
+        raise ConfigError(CHOICE.format(key="task", choices=", ".join(TASK_CHOICES), value=task,
+                                        meaning="auto follows the dataset (group_mixture: regression, the others: classification)."))
     seed = _integer(c, "seed", "seed", "the run seed.")
     if seed is None or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer (got seed={seed}).")
@@ -272,6 +280,16 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
 
     check_discretization("privacy.discretization", discretization)
     secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
+    rho = privacy.get("rho")
+    if rho is not None:
+        rho = _number(privacy, "rho", "privacy.rho", "a rho-zCDP budget (null: use eps).")
+        if not 0 < rho <= MAX_RHO:
+            raise ConfigError(f"privacy.rho must be in (0, {MAX_RHO:g}] or null (got privacy.rho={rho:g}); it is a rho-zCDP budget "
+                              "(the DPSE paper's 2, 4.5, 8), used instead of eps.")
+        from raco_cli.privacy.accountant import rho_epsilon
+
+        # the accountant converts: eps of the rho-zCDP Gaussian at delta (docs/dpse.md)
+        eps = rho_epsilon(rho, delta, discretization=discretization)
     scope = privacy.get("scope", "model")
     if scope not in SCOPES:
         raise ConfigError(CHOICE.format(key="privacy.scope", choices=", ".join(SCOPES), value=scope,
@@ -338,6 +356,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
                                        or not 1.0 <= delta_exponent <= 3.0):
         raise ConfigError(f"privacy.delta_exponent must be null or a number in [1, 3] (got privacy.delta_exponent={delta_exponent!r}); "
                           "when set, delta = n_train^-exponent (e.g. 1.1, the DP-DRO paper's delta = 1/n^1.1).")
+    if delta_exponent is not None and rho is not None:  # rho -> eps was converted at the configured delta above
+        raise ConfigError(f"privacy.delta_exponent={delta_exponent!r} cannot be combined with privacy.rho={rho:g} (rho is converted "
+                          "to eps at the configured delta); set one of them to null.")
     model = dict(c.get("model") or {})
     if model.get("name") not in models.MODELS:
         raise unknown_name("model", model.get("name"), models.MODELS)
@@ -367,6 +388,8 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
         threads=threads,
         scope=scope,
         delta_exponent=None if delta_exponent is None else float(delta_exponent),
+        task=str(task),
+        rho=rho,
     )
 
 

@@ -26,7 +26,8 @@ class _Parser(OneLineParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="raco data", description="Datasets: list, fetch (download + verify), info (split statistics).")
+    p = _Parser(prog="raco data", description="Datasets: list, fetch (download + verify), info (split statistics), "
+                                             "describe (a starting config for your own table).")
     p.add_argument("--data-dir", default=str(PROJECT_ROOT / "datasets"), help="download cache (default: <project>/datasets)")
     sub = p.add_subparsers(dest="what", required=True, parser_class=_Parser)
     sub.add_parser("list", help="every dataset, whether it is present, its size and origin")
@@ -38,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     for sp in (f, i):
         sp.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a dataset option (as dataset.options.KEY), e.g. -o sensitive=Age -o states=[AL,GA]")
+    d = sub.add_parser("describe", help="a starting dataset=table config (YAML) for your CSV/Parquet file, on stdout")
+    d.add_argument("file", help="CSV (plain or .gz) or Parquet")
+    d.add_argument("--label", required=True, help="the label column")
+    d.add_argument("--sensitive", action="append", required=True, metavar="COLUMN",
+                   help="a sensitive column (repeat for intersectional groups)")
+    d.add_argument("--na-value", action="append", default=[], metavar="TEXT", help="a cell value meaning missing (e.g. ?)")
     return p
 
 
@@ -80,6 +87,8 @@ def _files(mod: Any, options: dict[str, Any] | None = None) -> tuple:
 def _status(entry, data_dir: Path, mirror: str | None) -> tuple[str, str, str]:
     from raco_cli.data import sources
 
+    if entry.user_file:
+        return "your own file", "-", entry.origin
     if not entry.needs_files:
         return "generated", "-", entry.origin
     files = _files(entry.loader())
@@ -124,9 +133,21 @@ def main(argv: list[str]) -> int:
         for name, status, size, origin, desc in rows:
             print(f"{name:<{width}}  {status:<32} {size:>9}  {desc}\n{'':<{width}}  source: {origin}")
         return 0
+    if args.what == "describe":
+        import sys
+
+        from raco_cli.data.describe import WARNING, describe
+
+        text = describe(args.file, label=args.label, sensitive=args.sensitive, na_values=args.na_value)
+        print(WARNING, file=sys.stderr)
+        print(text, end="")
+        return 0
     entry = data.get(args.name)
     options = parse_options(args.option)
     if args.what == "fetch":
+        if entry.user_file:
+            print(f"{args.name} reads your own file (dataset.options.path); nothing to fetch.")
+            return 0
         if not entry.needs_files:
             print(f"{args.name} is generated; nothing to fetch.")
             return 0
@@ -150,4 +171,9 @@ def main(argv: list[str]) -> int:
         labels = ", ".join(f"{k}={v}" for k, v in loaded.label_counts(split).items())
         groups = ", ".join(f"{k}={v}" for k, v in loaded.group_sizes(split).items())
         print(f"  {split:<5} {len(idx):>7} rows | labels: {labels} | groups: {groups}")
+    if "schema" in loaded.meta:  # dataset=table: what its rules did (your own terminal: every count)
+        from raco_cli.data.table import report_lines
+
+        for line in report_lines(loaded, exact=True):
+            print(f"  {line}")
     return 0

@@ -20,8 +20,13 @@ commands:
   tune [overrides]      hyperparameter search (Optuna, paper App. E.2) + retrain over seeds
   figures [NAME ...]    paper figures from MLflow -> outputs/figures/ (PNG + PDF)
   report EXPERIMENT     Pareto table and hard-constraint satisfaction of an experiment
+  report --reproduction every reproduced figure: ours next to the paper's (docs/reproduction.md)
   privacy epsilon|steps privacy accounting calculator (dp-accounting PLD)
-  data list|fetch|info  datasets: presence, download + checksum, split statistics
+  data list|fetch|info|describe
+                        datasets: presence, download + checksum, split statistics;
+                        describe FILE: a starting config for your own table
+  predict RUN --data F --out P
+                        predictions of a dataset=table model for new rows
   audit [overrides]     empirical privacy audit: eps lower bound vs accounted eps
   runs stale            find (and mark FAILED) MLflow runs whose process is gone
 
@@ -33,6 +38,8 @@ examples:
   raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05 tune.trials=20
   raco privacy epsilon --steps 1000 --sample-rate 0.01 --noise-multiplier 1 --hist-noise-multiplier 2 --delta 1e-5
   raco data list
+  raco data describe people.csv --label approved --sensitive sex > myconf/dataset/people.yaml
+  raco predict outputs/runs/2026-01-01/12-00-00 --data new_people.csv --out predictions.csv
   raco audit dataset=adult eps=1
 
 `raco <command> --help` describes a command."""
@@ -159,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             from raco_cli.cli import data_cmd
 
             return data_cmd.main(rest)
+        if command == "predict":
+            from raco_cli.cli import predict_cmd
+
+            return predict_cmd.main(rest)
         if command == "audit":
             from raco_cli.cli import audit_cmd
 
@@ -173,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # finished runs, trials and files are kept; the same command resumes
         print(f"raco {command}: interrupted. Finished work is kept; run the same command again to resume.", file=sys.stderr)
         return 130
-    print(f"error: unknown command '{command}'. Available: audit, data, figures, privacy, report, runs, train, tune. See raco --help.", file=sys.stderr)
+    print(f"error: unknown command '{command}'. Available: audit, data, figures, predict, privacy, report, runs, train, tune. See raco --help.", file=sys.stderr)
     return 2
 
 

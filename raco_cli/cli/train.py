@@ -51,6 +51,11 @@ class _Progress:
 
     def on_eval(self, record: Any) -> None:
         lam_max = max(record.lam) if record.lam else 0.0
+        if "mspe" in record.metrics["test"]:  # task=regression: test MSPE (val in full records)
+            shown_val = f" val_mspe={record.metrics['val']['mspe']:.4f}" if "val" in record.metrics else ""
+            self.bar.set_postfix({"test_mspe": f"{record.metrics['test']['mspe']:.4f}"}, refresh=False)
+            log.info("step %d test_mspe=%.4f%s", record.step, record.metrics["test"]["mspe"], shown_val)
+            return
         if "val" not in record.metrics:  # scope=model: held-out test metrics and releases only
             noisy = record.metrics.get("release", {}).get("noisy_violation")
             shown = "n/a" if noisy is None else f"{noisy:.4f}"
@@ -188,6 +193,12 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any], *, shared_features: bool = 
         method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
+    if "schema" in data.meta:  # dataset=table: what its missing / clipping / unknown-level rules did
+        from raco_cli.data.table import report_lines
+
+        for line in report_lines(data, exact=spec.scope == "paper" or not method.PRIVATE):
+            log.info(line)
+    check_task(spec, method, data)
     cons = constraints_mod.build_parts(
         spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
         class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
@@ -213,6 +224,39 @@ def prepare_run(cfg: DictConfig | Mapping[str, Any], *, shared_features: bool = 
     )
 
 
+REGRESSION_METHODS = "dpse, dp_sgd or sgd"
+
+
+def check_task(spec: RunSpec, method: Any, data: Any) -> None:
+    """``task`` against the dataset, the method and the constraint (one line each).
+
+    Raises:
+        ConfigError: ``task`` contradicts the dataset, or a private regression run asks for the
+            accuracy-based private checkpoint choice.
+        UnsupportedError: the method or the constraint needs class labels.
+    """
+    from raco_cli.errors import ConfigError, UnsupportedError
+
+    if spec.task not in ("auto", data.task):
+        label = "a real-valued label" if data.task == "regression" else "class labels"
+        need = "a real-valued label (dataset=group_mixture)" if spec.task == "regression" else "class labels"
+        raise ConfigError(f"task={spec.task} needs a dataset with {need}; dataset={spec.dataset.name} has {label} "
+                          f"(task={data.task}). Use task=auto.")
+    if data.task not in getattr(method, "TASKS", ("classification",)):
+        raise UnsupportedError(f"method={spec.method.name} does not support task={data.task} (it needs class labels: a "
+                               f"cross-entropy loss and class rates); use method={REGRESSION_METHODS}.")
+    if data.task != "regression":
+        return
+    if spec.constraint.name != "none":
+        raise UnsupportedError(f"constraint={spec.constraint.name} needs class rates (P(prediction = k | group)); task=regression "
+                               "has a real-valued label and no classes. Use constraint=none (DPSE's bounded group loss is "
+                               "method.options.bgl_penalty).")
+    if method.PRIVATE and spec.scope == "model" and spec.method.selection == "best_feasible":
+        raise ConfigError("method.selection=best_feasible needs a bounded validation score for the private checkpoint choice of "
+                          "privacy.scope=model, and task=regression has none (the squared error is unbounded). Use "
+                          "method.selection=last (the paper's last iterate) or privacy.scope=paper.")
+
+
 _SECURE_RNG_WARNED = False
 
 
@@ -225,7 +269,7 @@ def warn_secure_rng(private: bool, secure: bool) -> None:
             "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
             "recorded, so the guarantee does not hold against readers of the records (they know every "
             "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
-            "release (see README, 'Noise source and floating point')."
+            "release (see docs/privacy.md, 'Noise source and floating point')."
         )
 
 
@@ -382,6 +426,7 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
     from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant
+    from raco_cli.privacy.zcdp import event_rho
     from raco_cli.tracking import summary as summary_mod
 
     spec, resolved, method, data, cons = prep.spec, prep.resolved, prep.method, prep.data, prep.constraints
@@ -397,6 +442,7 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
         )
     event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=prep.constrained)
     eps_spent = accountant.cached_epsilon(event, spec.delta, discretization=spec.discretization) if private else None
+    rho_spent = event_rho(event) if private else None  # zCDP of the same tree (None: no zCDP bound)
     if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
         raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
     rec = result.selected_record
@@ -414,6 +460,9 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
         "eps_target": spec.eps if private else None,
         "eps_spent": eps_spent,
         "delta": spec.delta,
+        "rho_target": spec.rho if private else None,
+        "rho_spent": rho_spent,
+        "task": data.task,
         "private": private,
         "event": str(event),
         "steps": result.steps,
@@ -444,10 +493,14 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
     }
     if recorder is not None:
         summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+    if "schema" in data.meta:  # dataset=table: the self-contained model for `raco predict`
+        summary["predictor"] = "model"
     # what the scope lets the run write (tracking/summary.py STATUS): every output below
     # is built from this, never from the full summary
     summary = summary_mod.released(summary, scope=spec.scope, private=private)
     try:
+        if "predictor" in summary:
+            _write_predictor(run_dir / summary["predictor"], summary, data, spec, pplan.spec, result.state_dict, recorder)
         summary_path = summary_mod.write(summary, run_dir / "summary.json")
         artifacts = [summary_path]
         if curves:
@@ -465,6 +518,21 @@ def finish_run(prep: PreparedRun, result: Any, run_dir: Path, recorder: Any, *, 
     if recorder is not None:
         _log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
     return summary
+
+
+def _write_predictor(target: Path, summary: dict[str, Any], data: Any, spec: RunSpec, method_spec: Any, state_dict: Any,
+                     recorder: Any) -> None:
+    """The run's model with its fitted preprocessing (raco_cli/predictor.py) in ``target``,
+    and in MLflow as a logged model (its URI in ``summary["mlflow"]["model_uri"]``).  What it
+    holds is public configuration, releases or facts from the *released* summary."""
+    from raco_cli.predictor import Predictor, run_facts
+    from raco_cli.tracking import model_artifact
+
+    predictor = Predictor.from_run(data, model=spec.model, state_dict=state_dict, micro_batch=method_spec.micro_batch,
+                                   run=run_facts(summary))
+    model_artifact.save(predictor, target)
+    if recorder is not None:
+        summary["mlflow"]["model_uri"] = recorder.log_model(target, step=int(summary["steps"]))
 
 
 def _common_gamma(gammas: Any, default: float) -> float | None:
@@ -497,7 +565,8 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
 
 
 def run_name(spec: Any) -> str:
-    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{spec.eps:g}-seed{spec.seed}"
+    budget = f"rho{spec.rho:g}" if getattr(spec, "rho", None) is not None else f"eps{spec.eps:g}"
+    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-{budget}-seed{spec.seed}"
 
 
 def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:
@@ -551,8 +620,17 @@ def _log_final(recorder: Any, summary: dict[str, Any], artifacts: list[Path], *,
         for group, acc in (m.get("group_accuracy") or {}).items():
             if acc is not None:
                 final[f"final/{split}/group_accuracy/{group}"] = float(acc)
+        for name in ("mspe", "worst_group_mspe", "mspe_gap"):  # task=regression
+            v = m.get(name)
+            if isinstance(v, (int, float)) and v == v:
+                final[f"final/{split}/{name}"] = float(v)
+        for group, err in (m.get("group_mspe") or {}).items():
+            if err is not None:
+                final[f"final/{split}/group_mspe/{group}"] = float(err)
     if summary["eps_spent"] is not None:
         final["privacy/eps_spent"] = float(summary["eps_spent"])
+    if summary.get("rho_spent") is not None:
+        final["privacy/rho_spent"] = float(summary["rho_spent"])
     final["privacy/steps"] = float(summary["steps"])
     final["selected_step"] = float(summary["selected_step"])
     stats = summary.get("stats") or {}
@@ -590,6 +668,10 @@ SCOPE_NOTES = {
 def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
     """The short result table printed after a run."""
     test = summary["metrics"]["test"]
+    if "mspe" in test:  # task=regression
+        lines = [f"{summary['method']} on {summary['dataset']} (regression)", f"  test MSPE            {test['mspe']:.4f}"]
+        lines += [f"  test MSPE {group:<10} {'-' if v is None else f'{v:.4f}'}" for group, v in test["group_mspe"].items()]
+        return "\n".join(lines + _privacy_lines(summary, run_dir))
     lines = [
         f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
         f"  test accuracy        {test['accuracy']:.4f}",
@@ -608,8 +690,16 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         lines.append(f"  gamma                {summary['gamma']:g}   (constraint satisfied by the noisy histograms: {shown})")
     else:
         lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
+    return "\n".join(lines + _privacy_lines(summary, run_dir))
+
+
+def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
+    lines = []
     if summary["eps_spent"] is not None:
         lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+        if summary.get("rho_spent") is not None:  # zCDP of the same event tree (privacy.rho: the target)
+            target = f" of {summary['rho_target']:g}" if summary.get("rho_target") is not None else ""
+            lines.append(f"  rho spent (zCDP)     {summary['rho_spent']:.4f}{target}")
         lines.append(f"  privacy scope        {SCOPE_NOTES.get(summary.get('privacy_scope', 'paper'), '')}")
     else:
         lines.append("  eps spent            not private")
@@ -617,9 +707,13 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         f"  steps                {summary['steps']} (selected step {summary['selected_step']})",
         f"  summary              {Path(run_dir) / 'summary.json'}",
     ]
+    if "predictor" in summary:
+        lines.append(f"  model for new rows   raco predict {run_dir} --data NEW.csv --out predictions.csv")
     if "mlflow" in summary:
         lines.append(f"  mlflow run           {summary['mlflow']['run_id']} ({summary['mlflow']['uri']})")
-    return "\n".join(lines)
+        if "model_uri" in summary["mlflow"]:
+            lines.append(f"  mlflow model         {summary['mlflow']['model_uri']}")
+    return lines
 
 
 def hydra_entry() -> None:
@@ -662,6 +756,8 @@ def hydra_entry() -> None:
         # the job's value for an optimising sweeper: validation accuracy; NaN in scope=model,
         # which writes no exact validation statistic (None would mean "failed" to the sweeper)
         val = summary["metrics"].get("val")
-        return float("nan") if val is None else float(val["accuracy"])
+        if val is None:
+            return float("nan")
+        return -float(val["mspe"]) if "mspe" in val else float(val["accuracy"])  # higher is better
 
     _task()

@@ -27,7 +27,8 @@ def _first_line(exc: BaseException) -> str:
     if exc.__cause__ is not None:  # e.g. "Key 'lrr' is not in struct"
         root = str(exc.__cause__).strip().splitlines()
         if root:
-            return f"{lines[0]} {root[0].replace('is not in struct', 'is not in the config')}; check the key name (raco train --cfg job prints the config)"
+            return (f"{lines[0]} {root[0].replace('is not in struct', 'is not in the config')}; check the key name (raco train --cfg job "
+                    "prints the config), or add a new key with a leading + (e.g. +dataset.bounds.age=[18,100])")
     return f"{lines[0]} ({lines[-1]})" if len(lines) > 1 else lines[0]
 
 

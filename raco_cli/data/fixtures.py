@@ -6,13 +6,17 @@ for trying the pipeline without the real data::
     python -m raco_cli.data.fixtures acs /tmp/mirror      # /tmp/mirror/acs/2018/1-Year/psam_p01.csv
     python -m raco_cli.data.fixtures celeba /tmp/mirror   # /tmp/mirror/celeba/...
     RACO_DATA_MIRROR=/tmp/mirror raco train dataset=acs_employment
+    python -m raco_cli.data.fixtures people demo          # demo/people.csv, demo/new_people.csv
 
 The values are random (with a learnable signal), never real survey data or real faces.
+``people`` is the made-up table of the worked example of ``dataset=table``
+(docs/your-own-data.md).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -142,15 +146,56 @@ def write_celeba(
     return base
 
 
+PEOPLE_CITIES = ("Paris", "Lyon", "Nice", "Lille")
+
+
+def people_frame(n: int, *, seed: int = 0, label: bool = True):
+    """``n`` made-up people: ``id``, ``age`` (18-90), ``income`` (euros a year, right-skewed,
+    about 3 % missing), ``city`` (4 levels), ``smoker`` (no/yes), ``sex`` (F/M) and the label
+    ``approved`` (no/yes), which depends on age, income and smoking and is shifted by sex
+    (a disparity for a fairness constraint to remove)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    sex = rng.choice(["F", "M"], size=n, p=[0.45, 0.55])
+    age = rng.integers(18, 91, size=n)
+    income = np.round(np.exp(rng.normal(10.4, 0.6, size=n)) * np.where(sex == "M", 1.15, 1.0), -2)
+    city = rng.choice(PEOPLE_CITIES, size=n, p=[0.4, 0.25, 0.2, 0.15])
+    smoker = rng.choice(["no", "yes"], size=n, p=[0.75, 0.25])
+    logit = 2.5 * (np.log(income) - 10.4) / 0.6 - 0.04 * (age - 50) - 1.2 * (smoker == "yes") + 0.8 * (sex == "M") + 0.2
+    approved = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-logit)), "yes", "no")
+    df = pd.DataFrame({"id": [f"p{seed}-{i:05d}" for i in range(n)], "age": age, "income": pd.array(income.astype(np.int64), dtype="Int64"),
+                       "city": city, "smoker": smoker, "sex": sex})
+    df.loc[rng.random(n) < 0.03, "income"] = None
+    if label:
+        df["approved"] = approved
+    return df
+
+
+def write_people(root: str | Path, *, n: int = 4000, seed: int = 0) -> Path:
+    """Write ``<root>/people.csv`` (``n`` labelled rows) and ``<root>/new_people.csv`` (5
+    unlabelled rows, one with an unknown city, one with no income and one above any
+    plausible income bound), the worked example of ``dataset=table``."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    people_frame(n, seed=seed).to_csv(root / "people.csv", index=False)
+    new = people_frame(5, seed=seed + 1, label=False)
+    new.loc[1, "city"] = "Brest"
+    new.loc[2, "income"] = None
+    new.loc[3, "income"] = 950000
+    new.to_csv(root / "new_people.csv", index=False)
+    return root / "people.csv"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m raco_cli.data.fixtures", description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["acs", "celeba"])
-    p.add_argument("root", help="mirror root to write into (then: RACO_DATA_MIRROR=<root>)")
+    p.add_argument("what", choices=["acs", "celeba", "people"])
+    p.add_argument("root", help="mirror root to write into (then: RACO_DATA_MIRROR=<root>); people: the directory")
     p.add_argument("-n", type=int, default=None, help="rows / images")
     args = p.parse_args(argv)
     kw = {} if args.n is None else {"n": args.n}
-    path = write_acs(args.root, **kw) if args.what == "acs" else write_celeba(args.root, **kw)
-    print(path)
+    writers: dict[str, Callable[..., Path]] = {"acs": write_acs, "celeba": write_celeba, "people": write_people}
+    print(writers[args.what](args.root, **kw))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ class DatasetEntry:
         module: module holding ``load(...)`` and, for downloadable data, ``FILES``.
         description: one line for ``raco data list``.
         origin: where the data comes from (publisher / URL).
-        needs_files: False for generated datasets.
+        needs_files: False for generated datasets and the user's own table.
+        user_file: the data is the user's own file (``dataset=table``: ``dataset.options.path``).
     """
 
     name: str
@@ -30,6 +31,7 @@ class DatasetEntry:
     description: str
     origin: str
     needs_files: bool = True
+    user_file: bool = False
 
     def loader(self) -> Any:
         return importlib.import_module(self.module)
@@ -100,9 +102,24 @@ DATASETS: dict[str, DatasetEntry] = {
             "https://www.cs.toronto.edu/~kriz/cifar.html (python version; manual: unpack the tar.gz)",
         ),
         DatasetEntry(
+            "table",
+            "raco_cli.data.table",
+            "your own CSV (plain or gzip) or Parquet file: dataset.options.path, label, sensitive (docs/your-own-data.md)",
+            "dataset.options.path",
+            needs_files=False,
+            user_file=True,
+        ),
+        DatasetEntry(
             "synthetic",
             "raco_cli.data.synthetic",
             "generated logistic data with a group disparity (tests and smoke runs)",
+            "generated",
+            needs_files=False,
+        ),
+        DatasetEntry(
+            "group_mixture",
+            "raco_cli.data.group_mixture",
+            "generated OLS group mixture of the DPSE paper: real-valued label (task=regression), K groups",
             "generated",
             needs_files=False,
         ),

@@ -135,12 +135,21 @@ def stratified_split(
             "(25 % test, 15 % of the rest validation). Check the data files."
         )
     idx = np.arange(n)
-    strata = _strata(y, group)
-    rest, test = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=strata)
-    train, val = train_test_split(
-        rest, test_size=val_fraction, random_state=seed, stratify=_strata(y[rest], group[rest])
-    )
+    rest, test = _split(idx, test_fraction, seed, _strata(y, group), y)
+    train, val = _split(rest, val_fraction, seed, _strata(y[rest], group[rest]), y[rest])
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+
+def _split(idx: np.ndarray, fraction: float, seed: int, strata: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
+    """One stratified split; a small table with many (label, group) cells (e.g. intersectional
+    groups) whose part is smaller than the number of cells is stratified by label only, or not
+    at all (where scikit-learn would refuse).  Tables that can be stratified are unaffected."""
+    for stratify in (strata, labels):
+        try:
+            return train_test_split(idx, test_size=fraction, random_state=seed, stratify=stratify)
+        except ValueError:
+            continue
+    return train_test_split(idx, test_size=fraction, random_state=seed, stratify=None)
 
 
 def _strata(y: np.ndarray, group: np.ndarray) -> np.ndarray:

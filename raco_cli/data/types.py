@@ -11,6 +11,7 @@ import numpy as np
 from raco_cli.errors import DataIntegrityError
 
 SPLITS = ("train", "val", "test")
+TASKS = ("classification", "regression")
 
 
 class FeatureStore(Protocol):
@@ -37,6 +38,10 @@ class TabularData:
         group_names: name of each sensitive group.
         splits: row indices of ``train``, ``val`` and ``test`` (disjoint, sorted).
         source: where the raw files were read from (for logs and ``raco data info``).
+        target: real-valued labels, shape (n,) float64, for ``task=regression`` (None for
+            classification).  A regression table has one "class" (``class_names`` of length
+            1, the single model output) and ``y`` all zeros, so splitting and the group
+            machinery work unchanged; the squared loss and the metrics read ``target``.
     """
 
     name: str
@@ -49,6 +54,12 @@ class TabularData:
     splits: Mapping[str, np.ndarray]
     source: str = ""
     meta: Mapping[str, object] = field(default_factory=dict)
+    target: np.ndarray | None = None
+
+    @property
+    def task(self) -> str:
+        """``regression`` when the table has a real-valued ``target``, else ``classification``."""
+        return "classification" if self.target is None else "regression"
 
     @property
     def preprocessing(self) -> str:
@@ -70,6 +81,15 @@ class TabularData:
                 raise DataIntegrityError(
                     f"Dataset '{self.name}': {what} values must lie in 0..{k - 1} "
                     f"(got {arr.min()}..{arr.max()})."
+                )
+        if self.target is not None:
+            if self.target.shape != (n,) or not np.isfinite(self.target).all():
+                raise DataIntegrityError(
+                    f"Dataset '{self.name}': target must be {n} finite real values (got shape {self.target.shape})."
+                )
+            if self.n_classes != 1:
+                raise DataIntegrityError(
+                    f"Dataset '{self.name}': a regression table has one output (class_names of length 1, got {self.n_classes})."
                 )
         if set(self.splits) != set(SPLITS):
             raise DataIntegrityError(
@@ -140,8 +160,15 @@ class TabularData:
             group_names=self.group_names,
             splits=new_splits,
             source=self.source,
-            meta={**self.meta, "subset": n_max},
+            # per-row arrays in meta (e.g. dataset=table's missing-value masks) follow the rows
+            meta={**{k: v[allrows] if isinstance(v, np.ndarray) and _per_row(v, len(self.y)) else v
+                     for k, v in self.meta.items()}, "subset": n_max},
+            target=None if self.target is None else self.target[allrows],
         )
+
+
+def _per_row(value: np.ndarray, n: int) -> bool:
+    return value.ndim >= 1 and value.shape[0] == n
 
 
 class _SubStore:

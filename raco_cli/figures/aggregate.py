@@ -32,7 +32,8 @@ def as_number(text: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _matches(value: Any, allowed: Iterable[Any]) -> bool:
+def matches(value: Any, allowed: Iterable[Any]) -> bool:
+    """Whether an MLflow param equals one of ``allowed`` (numbers compared as floats, else as strings)."""
     num = as_number(value)
     for a in allowed:
         an = as_number(a)
@@ -97,7 +98,7 @@ def run_points(
         if rec.get("status") != "FINISHED":
             continue
         params, metrics, tags = rec.get("params", {}), rec.get("metrics", {}), rec.get("tags", {})
-        if where and not all(_matches(params.get(k), v) for k, v in where.items()):
+        if where and not all(matches(params.get(k), v) for k, v in where.items()):
             continue
         method = tags.get("method") or params.get("method.name", "?")
         private = str(tags.get("private", "true")).lower() == "true"

@@ -22,8 +22,10 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: P
     import matplotlib.pyplot as plt
 
     steps = [r.step for r in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     present = [split for split in ("train", "val", "test") if history and split in history[0].metrics]
+    if history and "mspe" in history[0].metrics["test"]:  # task=regression: MSPE and per-group MSPE
+        return _regression_curves(history, steps, present, plt, path=Path(path), title=title)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     for split in present:  # scope=model records hold the test split only
         axes[0].plot(steps, [r.metrics[split]["accuracy"] for r in history], label=split)
         key = "constraint_max_hard" if gamma is not None else "violation_hard"
@@ -42,5 +44,26 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: P
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _regression_curves(history: Sequence[Any], steps: list[int], present: list[str], plt: Any, *, path: Path, title: str) -> Path:
+    """MSPE per split and the test MSPE of every group against the step (``task=regression``)."""
+    # (a fixed layout, not tight_layout: Monte Carlo sweeps draw thousands of these)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.25)
+    for split in present:
+        axes[0].plot(steps, [r.metrics[split]["mspe"] for r in history], label=split)
+    for group in history[0].metrics["test"]["group_mspe"]:
+        axes[1].plot(steps, [r.metrics["test"]["group_mspe"][group] for r in history], label=group)
+    axes[0].set_ylabel("MSPE")
+    axes[1].set_ylabel("test MSPE per group")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -9,6 +9,7 @@
   the gamma targets as dashed lines of the same colour.
 * clipping (Fig. 8a): hard train constraint vs clipping norm, target as a dashed line.
 * timing (Table 2): a CSV + Markdown table and a bar chart of time per step.
+* group_table, mspe_vs_rho (regression, the DPSE paper): :mod:`raco_cli.figures.group_mspe`.
 """
 
 from __future__ import annotations
@@ -297,4 +298,8 @@ def draw(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path, 
 
         draw_dro = {"dro_table": dro.accuracy_table, "dro_mia": dro.mia_table, "dro_gradnorm": dro.gradnorm_curves}[spec.kind]
         return draw_dro(records, spec, out_dir)
+    if spec.kind in ("group_table", "mspe_vs_rho"):  # regression (the DPSE paper)
+        from raco_cli.figures import group_mspe
+
+        return (group_mspe.group_table if spec.kind == "group_table" else group_mspe.mspe_vs_rho)(records, spec, out_dir)
     raise ValueError(f"unknown figure kind {spec.kind!r}")

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "dro_table", "dro_mia", "dro_gradnorm"]
+Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "dro_table", "dro_mia", "dro_gradnorm",
+              "group_table", "mspe_vs_rho"]
 
 # the constraint value on the x axis, by constraint registry key (summary.json metric names)
 X_METRIC = {"dp": "dp_gap", "eo": "eo_gap", "fnr": "fnr", "fpr": "fpr"}
@@ -100,6 +101,14 @@ FIGURES: dict[str, FigureSpec] = {
         FigureSpec("dro_table2_mia", "dro_table2_mia", "dro_mia", "DP-DRO: membership-inference AUC (DP-DRO paper, Table 2)"),
         FigureSpec("dro_fig1_gradnorm", "dro_table3", "dro_gradnorm", "DP-DRO: |grad F| over training, eps = 1 (DP-DRO paper, Fig. 1)",
                    where={"eps": (1,)}),
+        # the DPSE paper (papers/dpse-privacy-budget-tailoring.txt), docs/dpse.md
+        FigureSpec("dpse_table1", "dpse_table1", "group_table", "DPSE paper Table 1: K = 5 groups, 20x, rho = 2",
+                   where={"privacy.rho": (2,)}),
+        FigureSpec("dpse_table2", "dpse_table2", "group_table", "DPSE paper Table 2: K = 5 groups, 20x, rho = 4.5",
+                   where={"privacy.rho": (4.5,)}),
+        FigureSpec("dpse_table3", "dpse_table3", "group_table", "DPSE paper Table 3: K = 5 groups, 20x, rho = 8",
+                   where={"privacy.rho": (8,)}),
+        FigureSpec("dpse_fig2", "dpse_fig2", "mspe_vs_rho", "DPSE paper Figure 2: two groups, smallest group's MSPE"),
     )
 }
 

@@ -12,6 +12,8 @@ A method module exposes
   not model, ``ConfigError`` for bad ``method.options``) *before* anything is run or recorded,
 * optionally ``FULL_BATCH = True``: every step uses all training rows (no Poisson sampling;
   the sample rate is 1 and ``batch_size`` is ignored),
+* optionally ``TASKS``: the tasks it trains (default ``("classification",)``; with
+  ``"regression"`` it takes the squared loss on a real-valued ``data.target``),
 * ``fit(data, model, constraints, spec, *, steps, seeds, device, reporter) -> TrainResult``,
 * optionally ``fit_many(data, members, *, steps, device, reporter=None) -> list[TrainResult]``:
   the runs of a sweep group (:class:`raco_cli.methods.batched.Member`) trained as one
@@ -274,6 +276,7 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
 
     ``best_feasible``: highest validation accuracy among evaluations whose hard train
     constraint holds; if none holds, the last one, flagged unsatisfied (paper App. E.2).
+    A regression record (``mspe``, no constraint) ranks by the lowest validation MSPE.
     """
     if not history:
         raise ValueError("no evaluation recorded")
@@ -285,8 +288,15 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
     feasible = [i for i, r in enumerate(history) if r.metrics["train"]["satisfied"]]
     if not feasible:
         return len(history) - 1, False
-    best = max(feasible, key=lambda i: (history[i].metrics["val"]["accuracy"], i))
+    best = max(feasible, key=lambda i: (_validation_score(history[i].metrics["val"]), i))
     return best, True
+
+
+def _validation_score(val: Mapping[str, Any]) -> float:
+    """Higher is better: validation accuracy, or minus the validation MSPE (regression)."""
+    if "mspe" in val:
+        return -float(val["mspe"]) if np.isfinite(val["mspe"]) else -np.inf
+    return float(val["accuracy"])
 
 
 def read_options(spec: MethodSpec, defaults: Mapping[str, Any]) -> dict[str, Any]:

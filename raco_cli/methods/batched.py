@@ -91,10 +91,12 @@ class Member:
 
 
 def supports(data: TabularData, model: nn.Module) -> bool:
-    """Whether a run can join a group: in-memory features and logistic regression."""
+    """Whether a run can join a group: in-memory features and logistic regression.  Not
+    ``dataset=table`` (its missing-value rule and its predictor artifact need the run's own
+    standardised X: it trains alone)."""
     from raco_cli.models import linear_layer
 
-    return isinstance(data.X, np.ndarray) and linear_layer(model) is not None
+    return isinstance(data.X, np.ndarray) and linear_layer(model) is not None and "schema" not in data.meta
 
 
 def check_group(members: Sequence[Member]) -> None:

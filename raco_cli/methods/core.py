@@ -36,9 +36,15 @@ from raco_cli.methods.base import (
     TrainResult,
     select_checkpoint,
 )
-from raco_cli.methods.gradients import LinearEngine, engine_for, resolve_precision, row_softmax
+from raco_cli.methods.gradients import (
+    LinearEngine,
+    engine_for,
+    loss_of,
+    resolve_precision,
+    row_softmax,
+)
 from raco_cli.methods.timing import StepClock
-from raco_cli.metrics.evaluate import evaluate
+from raco_cli.metrics.evaluate import evaluate, evaluate_regression
 from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import (
     gaussian_noise,
@@ -86,11 +92,17 @@ class Rows:
         self.data, self.idx, self.device = data, idx, device
         self.eager = isinstance(data.X, np.ndarray)
         self.pack = self.eager and pack
-        self.y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
+        # task=regression: the real-valued target takes the place of the labels (and of their
+        # one-hot columns when packed)
+        self.regression = data.target is not None
+        if data.target is not None:
+            self.y = torch.as_tensor(data.target[idx], dtype=torch.float32, device=device)
+        else:
+            self.y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
         self.cells = torch.as_tensor(cells, dtype=torch.long, device=device)
         if self.pack:
             X = torch.as_tensor(np.asarray(data.X[idx]).reshape(len(idx), -1), dtype=torch.float32, device=device)
-            onehot = nn.functional.one_hot(self.y, data.n_classes).float()
+            onehot = self.y[:, None] if self.regression else nn.functional.one_hot(self.y, data.n_classes).float()
             # rows with a non-finite feature are neutralised once, here: zero features, an
             # infinite norm (the engines drop and count rows with a non-finite norm) and no
             # cell (no histogram contribution); a step then never touches NaN/inf
@@ -141,7 +153,11 @@ class Rows:
 
     def _split(self, P: torch.Tensor, b: torch.Tensor, *, labels: bool) -> dict[str, torch.Tensor]:
         d, K, Q = self.d, self.K, self.Q
-        out = {"X": P[:, :d], "onehot": P[:, d : d + K], "xnorm": P[:, d + K]}
+        out = {"X": P[:, :d], "xnorm": P[:, d + K]}
+        if self.regression:
+            out["target"] = P[:, d]
+        else:
+            out["onehot"] = P[:, d : d + K]
         if Q:
             out["cellhot"] = P[:, d + K + 1 : d + K + 1 + Q]
         if labels:
@@ -223,12 +239,17 @@ def predict_logits(engine, data: TabularData, idx: np.ndarray, device: torch.dev
     return np.concatenate(out) if out else np.zeros((0, data.n_classes))
 
 
-def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, temperature: float, device: torch.device) -> dict:
-    """Metrics of every split (non-private: model selection is not accounted, as in the paper)."""
+def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, temperature: float, device: torch.device,
+                 robust: bool = False) -> dict:
+    """Metrics of every split (non-private: model selection is not accounted, as in the paper);
+    ``robust``: with ROC AUC (the DRO runs, :mod:`raco_cli.metrics.robust`)."""
     out = {}
     for split in SPLITS:
         idx = np.asarray(data.splits[split])
         logits = predict_logits(engine, data, idx, device)
+        if data.target is not None:  # task=regression: mean squared prediction errors
+            out[split] = evaluate_regression(logits, data.target[idx], data.group[idx], group_names=data.group_names)
+            continue
         out[split] = evaluate(
             logits,
             data.y[idx],
@@ -237,6 +258,7 @@ def evaluate_all(engine, data: TabularData, constraints: ConstraintSet, *, tempe
             temperature=temperature,
             group_names=data.group_names,
             class_names=data.class_names,
+            robust=robust,
         )
     return out
 
@@ -304,7 +326,8 @@ class Checkpoints:
         into the metrics before the scope filter (scope=model keeps only ``test``).
         """
         if metrics is None:
-            metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device)
+            metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device,
+                                   robust=self.spec.objective.is_dro)
         for key, values in (extra or {}).items():
             metrics[key] = {**metrics.get(key, {}), **values}
         index = len(self.history)
@@ -403,6 +426,7 @@ def run(
         micro_batch=spec.micro_batch,
         amp_dtype=resolve_precision(spec.precision, device),
         eval_chunk=min(EVAL_CHUNK, 4 * spec.micro_batch),
+        loss=loss_of(data.task),
     )
     labels = not isinstance(engine, LinearEngine)
     rows = Rows(

@@ -15,11 +15,17 @@ parameter by parameter, without noise.
   matrix product: no per-sample gradient is ever materialised.
 * :class:`FunctionalEngine`: any model, with ``torch.func`` (vmap of grad) over
   micro-batches, so memory is bounded for any Poisson batch size.
+
+``task=regression`` (``loss="squared"``): one output z, the per-sample loss is the DPSE
+paper's squared error ``(z_i - t_i)^2`` with real-valued target t (Section 2, "Linear
+Regression with DP"), so ``g_i = 2 (z_i - t_i)`` and the weight gradient is ``g_i x_i``, as in
+its Algorithm 3, line 6; there is no regularizer (rate constraints need class rates).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -69,14 +75,31 @@ def row_softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     return torch.softmax(s, dim=1)
 
 
-class LinearEngine:
-    """Closed-form clipped per-sample gradient sums for a linear softmax model."""
+Loss = Literal["cross_entropy", "squared"]
+LOSSES = ("cross_entropy", "squared")
 
-    def __init__(self, layer: nn.Linear) -> None:
-        self.layer = layer
-        self.params = [layer.weight, layer.bias]
+
+def squared_error(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Per-row squared error ``(z_i - t_i)^2`` of a one-output model, shape (n,).
+
+    >>> squared_error(torch.tensor([[1.0], [3.0]]), torch.tensor([0.0, 1.0])).tolist()
+    [1.0, 4.0]
+    """
+    return (z[:, 0] - t.to(z.dtype)) ** 2
+
+
+class LinearEngine:
+    """Closed-form clipped per-sample gradient sums for a linear model: softmax cross-entropy
+    (``loss="cross_entropy"``) or squared error of one output (``loss="squared"``); the bias
+    is optional (``nn.Linear(bias=False)``: the weight gradient alone, norm ``|g_i| |x_i|``)."""
+
+    def __init__(self, layer: nn.Linear, *, loss: Loss = "cross_entropy") -> None:
+        self.layer, self.loss = layer, loss
+        self.params = [layer.weight] if layer.bias is None else [layer.weight, layer.bias]
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
+        if self.layer.bias is None:
+            return X.flatten(1) @ self.layer.weight.t()
         return torch.addmm(self.layer.bias, X.flatten(1), self.layer.weight.t())
 
     @torch.no_grad()
@@ -92,28 +115,40 @@ class LinearEngine:
         onehot: torch.Tensor | None = None,
         xnorm: torch.Tensor | None = None,
         logits: torch.Tensor | None = None,
+        target: torch.Tensor | None = None,
     ) -> ClippedSum:
-        """Clipped sum; ``onehot``/``xnorm`` (``sqrt(|x|^2 + 1)``) may be precomputed per row."""
+        """Clipped sum; ``onehot``/``xnorm`` (``sqrt(|x|^2 + 1)``) may be precomputed per row;
+        ``loss="squared"`` reads the real-valued ``target`` (or ``y``) instead of labels."""
         X = X.flatten(1)
         z = self.logits(X) if logits is None else logits
-        if onehot is None:
-            if y is None:
-                raise ValueError("clipped_sum needs y or onehot")
-            onehot = nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
-        p = row_softmax(z)
-        g = p - onehot
-        if c is not None:
-            pt = p if temperature == 1.0 else row_softmax(z, temperature)
-            g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
+        if self.loss == "squared":
+            t = target if target is not None else y
+            if t is None or c is not None:
+                raise ValueError("the squared loss needs a target and takes no regularizer")
+            g = 2.0 * (z - t.to(z.dtype)[:, None])  # d/dz (z - t)^2
+        else:
+            if onehot is None:
+                if y is None:
+                    raise ValueError("clipped_sum needs y or onehot")
+                onehot = nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
+            p = row_softmax(z)
+            g = p - onehot
+            if c is not None:
+                pt = p if temperature == 1.0 else row_softmax(z, temperature)
+                g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
+        bias = self.layer.bias is not None
         if xnorm is None:  # (precomputed rows come sanitised: see methods.core.Rows)
             X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
-            xnorm = torch.where(torch.isfinite(g).all(dim=1), torch.sqrt((X * X).sum(dim=1) + 1.0), float("inf"))
+            xnorm = torch.where(torch.isfinite(g).all(dim=1), torch.sqrt((X * X).sum(dim=1) + float(bias)), float("inf"))
+        elif not bias:  # the packed norm includes the bias coordinate: recompute |x| (bad rows stay inf)
+            xnorm = torch.where(torch.isfinite(xnorm), X.norm(dim=1), xnorm)
         norms = g.norm(dim=1) * xnorm
         finite = torch.isfinite(norms)
         # non-finite rows: factor 0 and nan_to_num drop them without a device sync
         gs = torch.nan_to_num(g * clip_factors(norms, clip_norm, finite)[:, None], nan=0.0, posinf=0.0, neginf=0.0)
         clipped, norm_sum, nonfinite = _stats(norms, clip_norm, finite)
-        return ClippedSum(grads=[gs.t() @ X, gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
+        grads = [gs.t() @ X, gs.sum(dim=0)] if bias else [gs.t() @ X]
+        return ClippedSum(grads=grads, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 
 def _upcast(t: torch.Tensor) -> torch.Tensor:
@@ -148,8 +183,9 @@ class FunctionalEngine:
         micro_batch: int,
         amp_dtype: torch.dtype | None = None,
         eval_chunk: int | None = None,
+        loss: Loss = "cross_entropy",
     ) -> None:
-        self.model = model
+        self.model, self.loss = model, loss
         self.micro_batch = int(micro_batch)
         self.amp_dtype = amp_dtype
         self.eval_chunk = int(eval_chunk) if eval_chunk is not None else max(self.micro_batch, 1)
@@ -187,7 +223,7 @@ class FunctionalEngine:
             with self._autocast(device):
                 z = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
             z = _upcast(z)
-            loss = nn.functional.cross_entropy(z, t.unsqueeze(0))
+            loss = self._row_loss(z, t.unsqueeze(0))[0]
             if has_c:
                 loss = loss + reg_scale * (ci * torch.softmax(temperature * z, dim=1)[0]).sum()
             return loss
@@ -211,6 +247,12 @@ class FunctionalEngine:
             del g
         return ClippedSum(grads=total, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
+    def _row_loss(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Per-row loss (n,): cross-entropy of labels, or the squared error of a target."""
+        if self.loss == "squared":
+            return squared_error(z, t)
+        return nn.functional.cross_entropy(z, t, reduction="none")
+
     def _plain_sum(self, X: torch.Tensor, y: torch.Tensor, c: torch.Tensor | None, *, reg_scale: float, temperature: float) -> ClippedSum:
         """Without clipping (non-private methods) the sum of per-sample gradients is the
         gradient of the summed objective: one ordinary backward per micro-batch, no per-sample
@@ -225,7 +267,7 @@ class FunctionalEngine:
                 with self._autocast(X.device):
                     z = self.model(X[sl])
                 z = _upcast(z)
-                per_row = nn.functional.cross_entropy(z, y[sl], reduction="none")
+                per_row = self._row_loss(z, y[sl])
                 if c is not None:
                     per_row = per_row + reg_scale * (c[sl] * torch.softmax(temperature * z, dim=1)).sum(dim=1)
                 finite = torch.isfinite(per_row)
@@ -244,15 +286,25 @@ def engine_for(
     prefer_closed_form: bool = True,
     amp_dtype: torch.dtype | None = None,
     eval_chunk: int | None = None,
+    loss: Loss = "cross_entropy",
 ):
-    """The fastest correct engine for a model: closed form for logistic regression (always
-    fp32), torch.func micro-batches otherwise."""
+    """The fastest correct engine for a model: closed form for a linear model (always
+    fp32), torch.func micro-batches otherwise; ``loss="squared"`` for ``task=regression``."""
     from raco_cli.models import linear_layer
 
     layer = linear_layer(model) if prefer_closed_form else None
     if layer is not None:
-        return LinearEngine(layer)
-    return FunctionalEngine(model, micro_batch=micro_batch, amp_dtype=amp_dtype, eval_chunk=eval_chunk)
+        return LinearEngine(layer, loss=loss)
+    return FunctionalEngine(model, micro_batch=micro_batch, amp_dtype=amp_dtype, eval_chunk=eval_chunk, loss=loss)
+
+
+def loss_of(task: str) -> Loss:
+    """The per-sample loss of a task.
+
+    >>> loss_of("regression"), loss_of("classification")
+    ('squared', 'cross_entropy')
+    """
+    return "squared" if task == "regression" else "cross_entropy"
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:

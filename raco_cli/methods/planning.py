@@ -75,7 +75,7 @@ def describe(spec: MethodSpec, constrained: bool) -> str:
     return ", ".join(parts)
 
 
-_CACHE: OrderedDict[str, PrivacyPlan] = OrderedDict()
+_CACHE: OrderedDict[str, tuple[PrivacyPlan, list[logging.LogRecord]]] = OrderedDict()
 _CACHE_SIZE = 512
 
 
@@ -96,12 +96,31 @@ def plan(
     cached = _CACHE.get(key)
     if cached is not None:
         _CACHE.move_to_end(key)
-        return cached
-    result = plan_uncached(method, spec, n_train=n_train, eps=eps, delta=delta, constrained=constrained, discretization=discretization)
-    _CACHE[key] = result
+        result, records = cached
+        for record in records:  # each run logs what its plan says (a run's log is its own record)
+            log.handle(record)
+        return result
+    handler = _Capture()
+    log.addHandler(handler)
+    try:
+        result = plan_uncached(method, spec, n_train=n_train, eps=eps, delta=delta, constrained=constrained, discretization=discretization)
+    finally:
+        log.removeHandler(handler)
+    _CACHE[key] = (result, handler.records)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return result
+
+
+class _Capture(logging.Handler):
+    """The log records of one :func:`plan_uncached` call (replayed when the plan is reused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
 def plan_uncached(

@@ -1,6 +1,8 @@
 """Model factories (``model=<name>``): nn.Modules only, no training logic.
 
 * ``logreg``: one linear layer (closed-form per-sample gradients; the tabular default).
+* ``linear``: the same layer with an optional bias (``model.bias``): linear regression under
+  ``task=regression`` (the DPSE paper's ``<theta, x>`` has no intercept: ``bias: false``).
 * ``mlp``: a small ReLU MLP (non-convex tabular runs).
 * ``resnet16``: ResNet16 with GroupNorm for images (C, H, W) (paper App. E.7).
 * ``resnet20``: the CIFAR ResNet20 with GroupNorm (the DP-DRO paper's image model).
@@ -19,6 +21,12 @@ def _logreg(input_shape: tuple[int, ...], n_classes: int):
     from torch import nn
 
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_classes))
+
+
+def _linear(input_shape: tuple[int, ...], n_classes: int, *, bias: bool = True):
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_classes, bias=bias))
 
 
 def _mlp(input_shape: tuple[int, ...], n_classes: int, *, hidden: tuple[int, ...] = (64, 64)):
@@ -47,10 +55,11 @@ def _resnet20(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
     return resnet20(input_shape, n_classes, **opts)
 
 
-MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "mlp": _mlp, "resnet16": _resnet16, "resnet20": _resnet20}
+MODELS: dict[str, Callable[..., Any]] = {"logreg": _logreg, "linear": _linear, "mlp": _mlp, "resnet16": _resnet16, "resnet20": _resnet20}
 # the model.* keys each model accepts (besides ``name``)
 OPTIONS: dict[str, tuple[str, ...]] = {
     "logreg": (),
+    "linear": ("bias",),
     "mlp": ("hidden",),
     "resnet16": ("width", "groups", "blocks", "stem_pool"),
     "resnet20": ("width", "groups"),
@@ -87,6 +96,8 @@ def build(name: str, *, input_shape: tuple[int, ...], n_classes: int, options: d
             )
     if "hidden" in opts:
         opts["hidden"] = _check_hidden(name, opts["hidden"])
+    if "bias" in opts and not isinstance(opts["bias"], bool):
+        raise ConfigError(f"model.bias must be true or false (got model.bias={opts['bias']!r}); whether the linear model has an intercept.")
     try:
         model = MODELS[name](tuple(input_shape), int(n_classes), **opts)
     except (TypeError, ValueError, RuntimeError, MemoryError) as exc:
@@ -125,7 +136,7 @@ def check_fits(name: str, model: Any, input_shape: tuple[int, ...], n_classes: i
 
 
 def linear_layer(model: Any):
-    """The nn.Linear of a logistic-regression model, or None for other models.
+    """The nn.Linear of a logistic- or linear-regression model, or None for other models.
 
     Used to pick the closed-form per-sample gradient path.
     """

@@ -27,7 +27,7 @@ depends on ``mu``), so a single output can reveal the unnoised value.  The fixes
 snapping mechanism (Mironov 2012) for Laplace and exact discrete samplers (discrete
 Gaussian/Laplace, Canonne, Kamath and Steinke 2020) on a fixed grid; raco implements
 neither, and ``secure_rng`` only removes the predictability of the random bits.  See the
-README section "Noise source and floating point".
+docs/privacy.md, section "Noise source and floating point".
 """
 
 from __future__ import annotations

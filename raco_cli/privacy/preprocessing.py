@@ -119,6 +119,26 @@ def standardize_columns(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.
     return ((_unit(x) - mean) / std).astype(np.float32)
 
 
+def scale_rows(X: np.ndarray, mean: np.ndarray, std: np.ndarray, missing: np.ndarray | None = None) -> np.ndarray:
+    """A float32 copy of ``X`` whose first ``m = len(mean)`` columns (publicly scaled) are
+    standardised (:func:`standardize_columns`): the same arithmetic at training time and in
+    ``raco predict`` (:mod:`raco_cli.predictor`), so predictions reproduce bit for bit.
+    Cells flagged in ``missing`` (n, m) (``dataset=table``: a missing value, encoded at the
+    public midpoint) are set to 0, the DP mean.
+
+    >>> scale_rows(np.array([[0.0, 5.0], [0.0, 1.0]]), np.array([0.25]), np.array([0.5]),
+    ...            np.array([[False], [True]])).tolist()
+    [[0.5, 5.0], [0.0, 1.0]]
+    """
+    m = len(mean)
+    out = np.array(X, dtype=np.float32, copy=True)
+    scaled = standardize_columns(out[:, :m], mean, std)
+    if missing is not None:
+        scaled[np.asarray(missing, dtype=bool)] = 0.0
+    out[:, :m] = scaled
+    return out
+
+
 def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> TabularData:
     """``data`` with its publicly scaled numeric columns standardised by DP estimates
     (module docstring); the release goes through :func:`raco_cli.privacy.releases.release`."""
@@ -130,10 +150,9 @@ def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseS
 
 
 def apply_scaling(data: TabularData, mean: np.ndarray, std: np.ndarray) -> TabularData:
-    """``data`` with the first ``len(mean)`` columns standardised (:func:`standardize_columns`)."""
+    """``data`` with the first ``len(mean)`` columns standardised (:func:`scale_rows`)."""
     m = len(mean)
-    X = np.array(data.X, dtype=np.float32, copy=True)
-    X[:, :m] = standardize_columns(X[:, :m], mean, std)
+    X = scale_rows(np.asarray(data.X), mean, std, data.meta.get("numeric_missing"))  # type: ignore[arg-type]
     # the scaling of the public encoding x in [-1, 1]: standardised = ((x + 1) / 2 - mean) / std
     scaling: dict[str, Any] = {
         name: {"mean": float(a), "std": float(s)} for name, a, s in zip(data.feature_names[:m], mean, std)

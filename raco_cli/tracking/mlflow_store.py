@@ -34,7 +34,7 @@ PARENT_FILE = ".mlflow_parent_run_id"
 # scalar metrics mirrored to MLflow at every evaluation, per split
 EVAL_METRICS = (
     "accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard",
-    "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr",
+    "violation_soft", "dp_gap", "eo_gap", "eop_gap", "fnr", "fpr", "mspe", "worst_group_mspe",
     "worst_group_accuracy", "worst_class_accuracy", "roc_auc", "f1", "grad_norm", "dro_objective",
     "auc_loss", "auc_confidence",
 )  # fmt: skip
@@ -377,7 +377,8 @@ class RunRecorder:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        # names built from data names (a group "F&M", a class ">50K"): characters MLflow refuses become "_"
+        batch = [Metric(_PARAM_NAME.sub("_", k), float(v), ts, step) for k, v in metrics.items()]
         for start in range(0, len(batch), 500):
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 
@@ -386,6 +387,18 @@ class RunRecorder:
 
     def log_artifact(self, path: Path) -> None:
         retrying(self.client.log_artifact, self.run_id, str(path))
+
+    def log_model(self, local_dir: Path, *, name: str = "model", step: int = 0) -> str:
+        """Log an MLflow model directory as a logged model of this run (MLflow 3: what
+        ``mlflow.pyfunc.log_model`` does, through this run's client instead of the global
+        fluent state).  Returns its URI, ``models:/<model_id>``."""
+        from mlflow.entities import LoggedModelOutput
+
+        model = retrying(self.client.create_logged_model, self.experiment_id, name=name, source_run_id=self.run_id)
+        retrying(self.client.log_outputs, self.run_id, [LoggedModelOutput(model.model_id, step=step)])
+        retrying(self.client.log_model_artifacts, model.model_id, str(local_dir))
+        retrying(self.client.finalize_logged_model, model.model_id, "READY")
+        return f"models:/{model.model_id}"
 
     def finish(self, status: str) -> None:
         """Log what is buffered and mark the run FINISHED, FAILED or KILLED."""

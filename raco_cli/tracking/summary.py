@@ -18,6 +18,10 @@ partition_cells    (added in v1, optional) Q, cells of the derived global partit
 eps_target         the requested epsilon (null for non-private methods)
 eps_spent          epsilon of the accounted DpEvent tree of the steps actually run (null: not private)
 delta              delta of the guarantee
+rho_target         (added in v1, optional) ``privacy.rho``, the rho-zCDP budget eps was derived from
+rho_spent          (added in v1, optional) zCDP rho of the same tree (null: a release without a
+                   zCDP bound, e.g. Poisson-subsampled, or not private)
+task               (added in v1, optional) classification | regression
 private            whether the method is differentially private
 event              the accounted DpEvent tree, as text
 steps              steps run (T)
@@ -36,7 +40,9 @@ metrics            ``metrics.<split>.<name>`` for split in train/val/test at the
                    each constraint family of the run: names, gamma, values_hard/values_soft
                    (the family's Gamma_j), max_hard/max_soft, max_violation_hard/soft
                    (max_j Gamma_j - gamma_j), satisfied, standard (the family's fairlearn-defined
-                   metric: dp -> dp_gap, eo -> eo_gap, eop -> eop_gap, fnr -> fnr, fpr -> fpr)
+                   metric: dp -> dp_gap, eo -> eo_gap, eop -> eop_gap, fnr -> fnr, fpr -> fpr);
+                   ``task=regression`` instead: n, mspe, loss, group_mspe (group -> mean squared
+                   prediction error), worst_group_mspe, mspe_gap, satisfied (true: no constraint)
 last_metrics       the same at the last step
 lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)
@@ -45,9 +51,12 @@ stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-s
                    dropped), time per step (ms), throughput_images_per_s (gradient-batch rows per
                    second of step time, evaluation excluded), wall time (s), ...
 config_hash        hash of the computing part of the config (sweep resume)
-mlflow             {run_id, experiment, uri} when tracking is enabled
+mlflow             {run_id, experiment, uri} when tracking is enabled (+ model_uri: dataset=table)
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
+predictor          (added in v1, optional; dataset=table) the run-directory folder of the
+                   self-contained model for ``raco predict`` (``model``); its MLflow logged
+                   model is ``mlflow.model_uri``
 =================  ==========================================================================
 
 Privacy status of every key (``privacy.scope=model``, :data:`STATUS`): ``public``
@@ -75,6 +84,7 @@ REQUIRED_KEYS = (
 REQUIRED_METRICS = (
     "accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy",
 )  # fmt: skip
+REQUIRED_REGRESSION_METRICS = ("mspe", "group_mspe", "worst_group_mspe")
 
 
 PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
@@ -85,7 +95,7 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing"),
+         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task"),
         PUBLIC,
     ),
     # q = B / n_train: the dataset size is public, as in DP-SGD practice (Opacus, dp-accounting)
@@ -97,6 +107,11 @@ STATUS: dict[str, Any] = {
     # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
     # clip fractions, gradient norms, non-finite rows, step times) is exact
     "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
+              # DPSE: the zCDP split is config; the allocation is post-processing of its stage-1 releases
+              "rho_total": PUBLIC, "rho_stage1": PUBLIC, "rho_stage2": PUBLIC, "precursor_ridge": PUBLIC,
+              "budget_weights": RELEASE, "standard_errors": RELEASE, "noise_multipliers": RELEASE, "rho_realized": RELEASE,
+              "se_sums": RELEASE, "se_fallback": RELEASE, "penalty_active_fraction": RELEASE,
+              "penalized_groups": RELEASE,
               # the random iterate's step tau is drawn from the selection seed before training
               "random_iterate_step": PUBLIC},
 }  # fmt: skip
@@ -174,5 +189,6 @@ def validate(summary: dict[str, Any]) -> list[str]:
         if m is None:
             problems.append(f"missing metrics.{split}")
             continue
-        problems += [f"missing metrics.{split}.{k}" for k in REQUIRED_METRICS if k not in m]
+        required = REQUIRED_REGRESSION_METRICS if summary.get("task") == "regression" else REQUIRED_METRICS
+        problems += [f"missing metrics.{split}.{k}" for k in required if k not in m]
     return problems

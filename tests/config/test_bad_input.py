@@ -41,11 +41,12 @@ def _prepare(*extra: str, tmp_path=None):
         ("threads=0", "threads must be a positive integer or null (got threads=0); null keeps torch's default."),
         ("dataset.split_seed=-1", "dataset.split_seed must be an integer in [0, 2^32 - 1] (got dataset.split_seed=-1)."),
         ("method=adam", "Unknown method 'adam'. Available: dp_double_spider, dp_fermi, dp_private_diff, dp_recursive_spider, dp_sgd, dp_sgda, dpse, raco_dp, sgd, sgda, spider."),
-        ("model=resnet", "Unknown model 'resnet'. Available: logreg, mlp, resnet16, resnet20."),
+        ("model=resnet", "Unknown model 'resnet'. Available: linear, logreg, mlp, resnet16, resnet20."),
         ("+model.input_dim=5", "Unknown key model.input_dim for model=logreg. Allowed: none."),
         ("+dataset.options.rows=5", "Unknown key dataset.options.rows for dataset 'synthetic'. Allowed: n, n_classes, n_features, n_groups, seed (see conf/dataset/synthetic.yaml)."),
         ("dataset.options.n=5", "dataset.options.n must be an integer >= 100 (got dataset.options.n=5); see conf/dataset/synthetic.yaml."),
         ("method.batch_size=100000", "method.batch_size must be <= the number of training rows (got batch_size=100000, n_train=255); it is the expected Poisson batch size."),
+        ("task=regression", "task=regression needs a dataset with a real-valued label (dataset=group_mixture); dataset=synthetic has class labels (task=classification). Use task=auto."),
         ("privacy.secure_rng=yes", "privacy.secure_rng must be true or false (got privacy.secure_rng='yes'); use a cryptographically secure noise source."),
     ],
 )
@@ -58,7 +59,7 @@ def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message
 
 
 def test_unknown_names_and_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images\.$"):
+    with pytest.raises(ConfigError, match=r"^Unknown dataset 'adlt'\. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, group_mixture, heart, mnist, parkinsons, synthetic, synthetic_images, table\.$"):
         _prepare("dataset=adlt")
     with pytest.raises(ConfigError, match=r"Key 'learning_rate' is not in the config; check the key name"):
         _prepare("method.learning_rate=3")
@@ -131,3 +132,52 @@ def test_random_overrides_never_escape_as_tracebacks(tmp_path, pairs):
     except RacoError as exc:
         assert "\n" not in str(exc) and str(exc)
     assert not (tmp_path / "mlflow.db").exists()
+
+
+REGRESSION = ["dataset=group_mixture", "dataset.options.eval_size=20", "dataset.options.largest=200", "constraint=none",
+              "method=dpse", "method.steps=3", "method.selection=last", "model=linear"]
+
+
+def _prepare_regression(*extra: str, tmp_path):
+    return prepare_run(compose_config([*REGRESSION, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", *extra]))
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["constraint=dp"], "constraint=dp needs class rates (P(prediction = k | group)); task=regression has a real-valued label and no "
+                            "classes. Use constraint=none (DPSE's bounded group loss is method.options.bgl_penalty)."),
+        (["method=raco_dp"], "method=raco_dp does not support task=regression (it needs class labels: a cross-entropy loss and class "
+                             "rates); use method=dpse, dp_sgd or sgd."),
+        (["method=dp_fermi"], "method=dp_fermi does not support task=regression (it needs class labels: a cross-entropy loss and class "
+                              "rates); use method=dpse, dp_sgd or sgd."),
+        (["task=classification"], "task=classification needs a dataset with class labels; dataset=group_mixture has a real-valued label "
+                                  "(task=regression). Use task=auto."),
+        (["task=ordinal"], "task must be one of auto, classification, regression (got task='ordinal'); auto follows the dataset "
+                           "(group_mixture: regression, the others: classification)."),
+        (["method.selection=best_feasible"], "method.selection=best_feasible needs a bounded validation score for the private checkpoint "
+                                             "choice of privacy.scope=model, and task=regression has none (the squared error is "
+                                             "unbounded). Use method.selection=last (the paper's last iterate) or privacy.scope=paper."),
+        (["privacy.rho=-2"], "privacy.rho must be in (0, 10000] or null (got privacy.rho=-2); it is a rho-zCDP budget (the DPSE paper's "
+                             "2, 4.5, 8), used instead of eps."),
+        (["privacy.rho=two"], "privacy.rho must be a number (got privacy.rho='two'); a rho-zCDP budget (null: use eps)."),
+        (["model.bias=maybe"], "model.bias must be true or false (got model.bias='maybe'); whether the linear model has an intercept."),
+        (["method.options.allocation=equal"], "method.options.allocation must be one of max, sum, uniform (got 'equal'); max: w_k = s_k^2 / "
+                                              "max_j s_j^2, sum: the paper's s_k^2 / sum_j s_j^2, uniform: DPNoSE."),
+        (["dataset.options.K=3"], "dataset.options.slopes must have one entry per group (K=3, got 2: [-10, 10]); see "
+                                  "conf/dataset/group_mixture.yaml."),
+    ],
+)
+def test_regression_refusals_are_one_line(tmp_path, overrides, message):
+    with pytest.raises(RacoError) as info:
+        _prepare_regression(*overrides, tmp_path=tmp_path)
+    assert str(info.value) == message
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_rho_budget_sets_eps_and_the_regression_run_is_planned(tmp_path):
+    from raco_cli.privacy.accountant import rho_epsilon
+
+    prep = _prepare_regression("privacy.rho=4.5", "method.calibrate_noise=true", tmp_path=tmp_path)
+    assert prep.spec.rho == 4.5 and prep.spec.eps == rho_epsilon(4.5, 1e-5)
+    assert prep.data.task == "regression" and prep.plan.eps_planned <= prep.spec.eps

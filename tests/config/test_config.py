@@ -50,7 +50,7 @@ def test_every_group_option_composes(composer, group):
         ("method.lr=0", "method.lr must be > 0 (got method.lr=0.0); the primal learning rate."),
         ("method.batch_size=0", "method.batch_size must be > 0 (got method.batch_size=0); the expected Poisson batch size."),
         ("method.sampling=joint", "method.sampling must be one of independent, shared (got method.sampling='joint'); how histogram and gradient batches are drawn."),
-        ("dataset.name=adlt", "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images."),
+        ("dataset.name=adlt", "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, group_mixture, heart, mnist, parkinsons, synthetic, synthetic_images, table."),
     ],
 )
 def test_bad_values_exact_messages(composer, override, message):
@@ -62,7 +62,7 @@ def test_bad_values_exact_messages(composer, override, message):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images."),
+        (["dataset=adlt"], "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, group_mixture, heart, mnist, parkinsons, synthetic, synthetic_images, table."),
         (["method=foo"], "Unknown method 'foo'. Available: dp_double_spider, dp_fermi, dp_private_diff, dp_recursive_spider, dp_sgd, dp_sgda, dpse, raco_dp, sgd, sgda, spider."),
         (["constraint=xx"], "Unknown constraint 'xx'. Available: combo, custom, dp, eo, eop, fnr, fpr, none."),
         (["--multirun", "eps=1,0"], "eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run."),

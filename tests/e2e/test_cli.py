@@ -97,7 +97,7 @@ def test_bad_config_exits_2_with_one_line_and_writes_nothing(tmp_path):
     db = tmp_path / "mlflow.db"
     cases = {
         "eps=0": "error: eps must be > 0 (got eps=0.0); eps is the total privacy budget of the run.",
-        "dataset=adlt": "error: Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images.",
+        "dataset=adlt": "error: Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, group_mixture, heart, mnist, parkinsons, synthetic, synthetic_images, table.",
         "constraint.gamma=-1": "error: constraint.gamma must be >= 0 (got -1.0); gamma is the allowed gap of each rate constraint.",
         "delta=1.5": "error: delta must be in (0, 1) (got delta=1.5); delta is the failure probability of the (eps, delta) guarantee, typically 1e-5 or below 1/n.",
     }

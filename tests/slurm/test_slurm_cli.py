@@ -100,7 +100,7 @@ def test_failed_job_is_recorded_and_counted_while_the_others_finish(tmp_path):
 
 
 def start_and_cancel_task_0(args: list[str], cwd: Path) -> tuple[str, str, int]:
-    """Run the sweep ``args`` and ``scancel`` array task 0 once both runs train; (task id,
+    """Run the sweep ``args`` and ``scancel`` its first task once both runs train; (task id,
     stderr, exit code)."""
     proc = subprocess.Popen([sys.executable, "-m", "raco_cli", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -111,7 +111,10 @@ def start_and_cancel_task_0(args: list[str], cwd: Path) -> tuple[str, str, int]:
             # both runs' MLflow runs exist: they are training (so no later task reaps the
             # cancelled run as stale first: the launcher itself records it FAILED)
             if len(list(cwd.glob("outputs/multiruns/*/*/*/.mlflow_run_id"))) == 2:
-                task0 = next(p.name for p in cwd.glob("outputs/multiruns/*/*/.submitit/*_0"))
+                # an array's task 0 is <job>_0 (its folder <job> holds the array's submission);
+                # a lone task (one launcher job) is the job itself
+                names = [p.name for p in cwd.glob("outputs/multiruns/*/*/.submitit/*") if p.is_dir()]
+                task0 = next((n for n in names if n.endswith("_0")), None) or next((n for n in names if n.isdigit()), None)
             time.sleep(0.5)
         assert task0 is not None, "the runs never started training"
         subprocess.run(["scancel", task0], check=True, timeout=60)

@@ -42,7 +42,7 @@ def test_invalid(kw, match):
 def test_unknown_dataset_message():
     with pytest.raises(ConfigError) as info:
         get("adlt")
-    assert str(info.value) == "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, heart, mnist, parkinsons, synthetic, synthetic_images."
+    assert str(info.value) == "Unknown dataset 'adlt'. Available: acs_employment, adult, celeba, cifar10, credit, digits, fashion_mnist, group_mixture, heart, mnist, parkinsons, synthetic, synthetic_images, table."
 
 
 def test_synthetic_has_a_disparity(synthetic):

@@ -45,9 +45,25 @@ def test_missing_class_gives_null_auc_and_evaluate_carries_the_metrics():
     logits = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
     cons = build_constraints("dp", n_classes=2, n_groups=2, gamma=0.1)
     out = evaluate(logits, y, np.array([0, 1, 1]), constraints=cons, temperature=1.0, group_names=("g0", "g1"),
-                   class_names=("neg", "pos"))
+                   class_names=("neg", "pos"), robust=True)
     assert out["roc_auc"] is None and out["class_accuracy"] == {"neg": 2 / 3, "pos": None}
     assert out["worst_group_accuracy"] == 0.5 and out["worst_class_accuracy"] == 2 / 3
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_roc_auc_only_when_robust(K):
+    """ERM evaluations skip the rank statistic (its cost at every evaluation of a sweep); the
+    DRO runs' (robust=True) matches scikit-learn on the binary-margin and the softmax path."""
+    rng = np.random.default_rng(1)
+    y, group = rng.integers(0, K, 200), rng.integers(0, 2, 200)
+    logits = rng.normal(size=(200, K)) + np.eye(K)[y]
+    cons = build_constraints("dp", n_classes=K, n_groups=2, gamma=0.1)
+    kw = dict(constraints=cons, temperature=1.0, group_names=("g0", "g1"))
+    plain, robust = evaluate(logits, y, group, **kw), evaluate(logits, y, group, robust=True, **kw)
+    assert "roc_auc" not in plain and plain["worst_group_accuracy"] == robust["worst_group_accuracy"]
+    probs = softmax(logits)
+    want = roc_auc_score(y, probs[:, 1]) if K == 2 else roc_auc_score(y, probs, multi_class="ovr", average="macro")
+    assert robust["roc_auc"] == pytest.approx(want)
 
 
 def test_membership_attacks_on_a_memorising_and_a_blind_model():

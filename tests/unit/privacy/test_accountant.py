@@ -33,7 +33,7 @@ def test_reference_independent_equals_library():
 
 
 def test_reference_shared_value():
-    """Pinned 2.2073 (README, SPEC) and, independently of raco's joint-PLD construction, the
+    """Pinned 2.2073 (docs/privacy.md, SPEC) and, independently of raco's joint-PLD construction, the
     same value from a PLD built by discretising the privacy-loss distribution of one shared
     step directly (tests/oracles.py; agrees to ~1e-6 relative)."""
     from oracles import shared_step_pld

@@ -1,0 +1,502 @@
+"""``dataset=table``: your own CSV (plain or gzip) or Parquet file.
+
+Options (``dataset.options``, documented in ``conf/dataset/table.yaml`` and
+``docs/your-own-data.md``): ``path`` (one file or a list, concatenated), ``label`` with
+``positive`` values or a ``threshold`` (else the classes are the label's level list:
+binary or multi-class), ``sensitive`` (one column, or several for intersectional groups),
+``features`` (default: every other column), ``types`` (``numeric``, ``categorical``,
+``binary``, ``drop``; default: inferred), ``levels`` (public level lists), ``missing``,
+``missing_indicator``, ``unknown``, ``na_values``, ``class_names``; public numeric bounds
+go in ``dataset.bounds`` as for every dataset.
+
+A column's type is, in order: ``types[col]``; ``numeric`` when it has ``dataset.bounds``;
+``categorical`` when it has ``levels``; else the file's storage (numbers -> numeric, booleans
+-> binary, text -> categorical).  Under ``privacy.scope=model`` (``dataset.preprocessing``
+public or dp) every numeric column needs public bounds and every other used column (label,
+sensitive, categorical, binary) a public level list: nothing about the encoding is read from
+the data, so the types follow from the configuration alone.  Under ``privacy.scope=paper``
+(``empirical``) missing level lists are taken from the data (label and groups: every row;
+features: the training part) and numeric columns are standardised with the training part's
+mean/std, as for the benchmark datasets.
+
+Rules (counted, never silent; :func:`report_lines`):
+
+* rows whose label or a sensitive value is missing or outside its list are dropped before
+  the split (they have no class or group); with ``missing: drop`` so are rows with a
+  missing feature value;
+* ``missing: impute`` (default): a missing numeric value is imputed at the column's mean
+  (``dp``: the DP mean; ``empirical``: the training mean; ``public``: the public midpoint),
+  a missing binary value at 0.5, a missing categorical value as no level;
+  ``missing_indicator`` columns also get a ``<col>=missing`` feature;
+* numeric values outside the public bounds are clipped to them;
+* a categorical value outside the level list sets ``<col>=other`` (``unknown: other``) or no
+  column (``unknown: zero``); an unknown binary value is encoded 0.5.
+
+Then the shared split protocol (:func:`raco_cli.data.tabular.stratified_split`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from raco_cli.data.schema import (
+    BinaryColumn,
+    CategoricalColumn,
+    Column,
+    Groups,
+    NumericColumn,
+    TableEncoder,
+    TableSchema,
+    Target,
+    numbers,
+    tokens,
+)
+from raco_cli.data.tabular import parse_bounds, stratified_split
+from raco_cli.data.types import SPLITS, TabularData
+from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
+
+log = logging.getLogger(__name__)
+
+TYPES = ("numeric", "categorical", "binary", "drop")
+MISSING_RULES = ("impute", "drop")
+UNKNOWN_RULES = ("other", "zero")
+SCOPE_HINT = "`raco data describe FILE` prints a starting YAML; or train with privacy.scope=paper (empirical statistics)"
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key: str = "dataset.options.path") -> pd.DataFrame:
+    """Read one CSV (plain or gzip, by content) or Parquet file, or several with the same
+    columns (concatenated in order).  CSV cells are read as text (the first line is the
+    header); pandas' missing markers and ``na_values`` become missing.
+
+    Raises:
+        DataNotFoundError: a file does not exist.
+        DataIntegrityError: a file cannot be parsed, is empty, or the files' columns differ.
+    """
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if not paths:
+        raise ConfigError(f"{key} is empty; give the path of a CSV or Parquet file (or a list of them).")
+    frames: list[pd.DataFrame] = []
+    for p in paths:
+        file = Path(str(p)).expanduser()
+        if not file.is_file():
+            raise DataNotFoundError(f"{key}: no file {file} (working directory {Path.cwd()}); give the path of your CSV "
+                                    "(plain or .gz) or Parquet file.")
+        with open(file, "rb") as fh:
+            magic = fh.read(4)
+        try:
+            if magic == b"PAR1":
+                df = pd.read_parquet(file)
+                df.columns = [str(c) for c in df.columns]
+            else:
+                df = pd.read_csv(file, dtype=str, keep_default_na=True, na_values=list(na_values), skipinitialspace=True,
+                                 compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
+        except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file.") from None
+        if df.empty:
+            raise DataIntegrityError(f"{file} has no rows; check the file.")
+        if frames and list(df.columns) != list(frames[0].columns):
+            raise DataIntegrityError(f"{file} has columns {list(df.columns)[:6]}..., the first file {list(frames[0].columns)[:6]}...; "
+                                     f"the files of {key} must have the same columns in the same order.")
+        frames.append(df)
+    out = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    dup = out.columns[out.columns.duplicated()].tolist()
+    if dup:
+        raise DataIntegrityError(f"{paths[0]} has the column {dup[0]!r} twice; column names must be unique.")
+    return out
+
+
+def _names(value: object, key: str) -> tuple[str, ...]:
+    """A column name or a list of them."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"{key} must be a column name or a list of them (got {key}={value!r}).")
+
+
+def _levels_of(values: object, key: str) -> tuple[str, ...]:
+    from raco_cli.data.schema import token
+
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ConfigError(f"{key} must be a non-empty list of values (got {key}={values!r}); e.g. [no, yes].")
+    out = tuple(token(v) for v in values)
+    if any(t is None for t in out):
+        raise ConfigError(f"{key} holds an empty value (got {key}={values!r}); missing values have their own rule (dataset.options.missing).")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{key} lists a value twice (got {key}={values!r}).")
+    return out  # type: ignore[return-value]
+
+
+def sorted_levels(values: np.ndarray) -> tuple[str, ...]:
+    """Distinct non-missing tokens, numerically sorted when they are all numbers.
+
+    >>> sorted_levels(np.array(["10", "9", None, "9"], dtype=object))
+    ('9', '10')
+    """
+    uniq = {str(v) for v in values if v is not None}
+    try:
+        return tuple(sorted(uniq, key=float))
+    except ValueError:
+        return tuple(sorted(uniq))
+
+
+def storage_type(series: pd.Series, na_values: Sequence[str]) -> str:
+    """The type a column's storage suggests (only used when the configuration says nothing)."""
+    if pd.api.types.is_bool_dtype(series.dtype):
+        return "binary"
+    if pd.api.types.is_numeric_dtype(series.dtype):
+        return "numeric"
+    text = tokens(series, na_values)
+    present = [t for t in text if t is not None]
+    if present and pd.to_numeric(pd.Series(present, dtype=object), errors="coerce").notna().all():
+        return "numeric"
+    return "categorical"
+
+
+# --- the loader ---------------------------------------------------------------------------
+
+
+def load(
+    *,
+    path: str | Sequence[str] | None = None,
+    label: str | None = None,
+    positive: object = None,
+    threshold: float | None = None,
+    sensitive: str | Sequence[str] | None = None,
+    features: Sequence[str] | None = None,
+    types: Mapping[str, str] = _EMPTY,
+    levels: Mapping[str, Sequence[object]] = _EMPTY,
+    missing: str = "impute",
+    missing_indicator: Sequence[str] = (),
+    unknown: str = "other",
+    na_values: Sequence[str] = (),
+    class_names: Sequence[str] | None = None,
+    split_seed: int = 0,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
+) -> TabularData:
+    """Load a user's table as :class:`TabularData` (module docstring).
+
+    Raises:
+        ConfigError: an option is malformed, names a column the file lacks, or the public
+            description (bounds, level lists) is incomplete under public preprocessing.
+        DataNotFoundError / DataIntegrityError: the file is missing or unreadable.
+    """
+    if path is None or path == "":
+        raise ConfigError("dataset.options.path is not set; give your CSV (plain or .gz) or Parquet file, e.g. "
+                          "dataset.options.path=people.csv (docs/your-own-data.md).")
+    if not isinstance(label, str) or not label:
+        raise ConfigError(f"dataset.options.label must be the name of the label column (got dataset.options.label={label!r}).")
+    na = (na_values,) if isinstance(na_values, str) else tuple(str(v) for v in (na_values or ()))
+    df = read_table(path, na_values=na)
+    schema, dropped, kept = resolve(
+        df, label=label, positive=positive, threshold=threshold, sensitive=sensitive, features=features, types=types,
+        levels=levels, missing=missing, missing_indicator=missing_indicator, unknown=unknown, na_values=na,
+        class_names=class_names, public=preprocessing == "public", bounds=bounds, where=_where(path),
+    )
+    table = df.iloc[kept].reset_index(drop=True)
+    y, _, _ = schema.target.classes(table, na_values=na)
+    group, _, _ = schema.groups.index(table, na_values=na)
+    splits = stratified_split(y, group, seed=split_seed)
+    schema = fit(schema, table, splits["train"], na_values=na, public=preprocessing == "public", bounds=bounds, where=_where(path))
+    encoded = schema.encoder.encode(table, na_values=na, where=_where(path))
+    repairs = {
+        split: {col: {kind: int(mask[idx].sum()) for kind, mask in kinds.items() if mask[idx].any()}
+                for col, kinds in encoded.masks.items() if any(mask[idx].any() for mask in kinds.values())}
+        for split, idx in splits.items()
+    }
+    return TabularData(
+        name="table",
+        X=encoded.X,
+        y=y,
+        group=group,
+        feature_names=schema.encoder.feature_names,
+        class_names=schema.target.class_names,
+        group_names=schema.groups.names,
+        splits=splits,
+        source=_where(path),
+        meta={
+            "preprocessing": "public" if preprocessing == "public" else "empirical",
+            # the first len(numeric) columns of X are the numeric features: dataset.preprocessing=dp
+            # standardises them privately after loading (raco_cli/privacy/preprocessing.py)
+            "numeric_features": len(schema.encoder.numeric),
+            "schema": schema,
+            "rows_read": len(df),
+            "dropped": dropped,
+            "repairs": repairs,
+            "file_rows": kept,
+            # (n, m) missing numeric cells: imputed at the public midpoint here, then at the DP
+            # mean by dataset.preprocessing=dp (raco_cli.privacy.preprocessing.scale_rows)
+            "numeric_missing": np.stack([encoded.masks[c.name]["missing"] for c in schema.encoder.numeric], axis=1)
+            if schema.encoder.numeric else np.zeros((len(y), 0), dtype=bool),
+            "label": label,
+            "sensitive": "&".join(schema.groups.columns),
+        },
+    )
+
+
+def _where(path: str | Sequence[str]) -> str:
+    return str(path) if isinstance(path, (str, Path)) else ", ".join(str(p) for p in path)
+
+
+def resolve(
+    df: pd.DataFrame,
+    *,
+    label: str,
+    positive: object,
+    threshold: float | None,
+    sensitive: str | Sequence[str] | None,
+    features: Sequence[str] | None,
+    types: Mapping[str, str],
+    levels: Mapping[str, Sequence[object]],
+    missing: str,
+    missing_indicator: Sequence[str],
+    unknown: str,
+    na_values: tuple[str, ...],
+    class_names: Sequence[str] | None,
+    public: bool,
+    bounds: Mapping[str, object] | None,
+    where: str = "the table",
+) -> tuple[TableSchema, dict[str, int], np.ndarray]:
+    """Options + file -> the schema (features not fitted yet), the dropped-row counts by
+    reason, and the indices of the kept rows."""
+    columns = [str(c) for c in df.columns]
+    available = ", ".join(columns[:20]) + (", ..." if len(columns) > 20 else "")
+
+    def check(names: Sequence[str], key: str) -> None:
+        for name in names:
+            if name not in columns:
+                raise ConfigError(f"{key} names the column {name!r}, which the file lacks. Columns: {available}.")
+
+    check([label], "dataset.options.label")
+    sens = _names(sensitive, "dataset.options.sensitive")
+    if not sens:
+        raise ConfigError("dataset.options.sensitive is not set; give the sensitive column (or a list of columns for "
+                          "intersectional groups), e.g. dataset.options.sensitive=[sex].")
+    check(sens, "dataset.options.sensitive")
+    if label in sens:
+        raise ConfigError(f"dataset.options.sensitive must not contain the label column {label!r}.")
+    for key, mapping in (("dataset.options.types", types), ("dataset.options.levels", levels), ("dataset.bounds", bounds)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise ConfigError(f"{key} must be a mapping column -> value (got {key}={mapping!r}).")
+        check(list(mapping or {}), key)
+    types, levels, raw_bounds = dict(types or {}), dict(levels or {}), dict(bounds or {})
+    for col, t in types.items():
+        if t not in TYPES:
+            raise ConfigError(f"dataset.options.types.{col} must be one of {', '.join(TYPES)} (got {t!r}).")
+        if col == label or col in sens:
+            raise ConfigError(f"dataset.options.types.{col}: {col} is the label or a sensitive column; types apply to features.")
+    if missing not in MISSING_RULES:
+        raise ConfigError(f"dataset.options.missing must be one of {', '.join(MISSING_RULES)} (got {missing!r}); "
+                          "impute: fill and count, drop: drop the row and count it.")
+    if unknown not in UNKNOWN_RULES:
+        raise ConfigError(f"dataset.options.unknown must be one of {', '.join(UNKNOWN_RULES)} (got {unknown!r}); "
+                          "other: a <col>=other feature, zero: no level column set.")
+    if features is None:
+        feats = tuple(c for c in columns if c != label and c not in sens and types.get(c) != "drop")
+    else:
+        feats = _names(features, "dataset.options.features")
+        check(feats, "dataset.options.features")
+        if label in feats:
+            raise ConfigError(f"dataset.options.features must not contain the label column {label!r}.")
+        feats = tuple(c for c in feats if types.get(c) != "drop")
+    if not feats:
+        raise ConfigError("No feature columns: dataset.options.features is empty or every column is dropped.")
+    indicators = _names(list(missing_indicator or ()), "dataset.options.missing_indicator")
+    check(indicators, "dataset.options.missing_indicator")
+    stray = [c for c in indicators if c not in feats]
+    if stray:
+        raise ConfigError(f"dataset.options.missing_indicator names {stray[0]!r}, which is not a feature column.")
+    target = _target(df, label, positive, threshold, levels, class_names, na_values, public)
+    groups = _groups(df, sens, levels, na_values, public)
+    both = [c for c in feats if c in raw_bounds and c in levels and c not in types]
+    if both:
+        raise ConfigError(f"dataset.bounds.{both[0]} and dataset.options.levels.{both[0]} are both set: a column is numeric "
+                          f"(bounds) or categorical (levels); remove one, or declare dataset.options.types.{both[0]}.")
+    resolved_types = {c: types.get(c) or ("numeric" if c in raw_bounds else "categorical" if c in levels else
+                                          storage_type(df[c], na_values)) for c in feats}
+    for col, t in resolved_types.items():
+        if t == "numeric" and col in levels:
+            raise ConfigError(f"dataset.options.levels.{col} is set, but {col} is numeric; declare "
+                              f"dataset.options.types.{col}=categorical or remove the level list.")
+        if t != "numeric" and col in raw_bounds:
+            raise ConfigError(f"dataset.bounds.{col} is set, but {col} is {t}; bounds apply to numeric columns.")
+    stray_bounds = [c for c in raw_bounds if c not in feats]
+    if stray_bounds:
+        raise ConfigError(f"dataset.bounds.{stray_bounds[0]} names no feature column; remove it or add the column to the features.")
+    if public:
+        _require_public(resolved_types, raw_bounds, levels, "dataset.preprocessing=public/dp (privacy.scope=model)")
+    cols: list[Column] = []
+    for col, t in resolved_types.items():
+        ind = col in indicators
+        if t == "numeric":
+            cols.append(NumericColumn(col, indicator=ind))
+        elif t == "binary":
+            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
+            if lv and len(lv) != 2:
+                raise ConfigError(f"dataset.options.levels.{col} must list exactly 2 values for a binary column (got {list(lv)}).")
+            cols.append(BinaryColumn(col, lv, indicator=ind))  # type: ignore[arg-type]
+        else:
+            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
+            cols.append(CategoricalColumn(col, lv, other=unknown == "other", indicator=ind))
+    schema = TableSchema(target=target, groups=groups, encoder=TableEncoder(tuple(cols)), na_values=na_values)
+
+    y, y_missing, y_unknown = target.classes(df, na_values=na_values, where=where)
+    _, g_missing, g_unknown = groups.index(df, na_values=na_values)
+    dropped = {"label missing": int(y_missing.sum()), "label not in its level list": int(y_unknown.sum()),
+               "sensitive value missing": int(g_missing.sum()), "sensitive value not in its level list": int(g_unknown.sum())}
+    keep = ~(y_missing | y_unknown | g_missing | g_unknown)
+    feature_missing = np.zeros(len(df), dtype=bool)
+    for c in cols:  # numeric cells are checked here, over the whole file: errors name the file's row
+        if isinstance(c, NumericColumn):
+            feature_missing |= np.isnan(numbers(df[c.name], column=c.name, where=where, na_values=na_values))
+        else:
+            feature_missing |= np.array([t is None for t in tokens(df[c.name], na_values)], dtype=bool)
+    if missing == "drop":
+        dropped["feature missing (missing: drop)"] = int((feature_missing & keep).sum())
+        keep &= ~feature_missing
+    dropped = {k: v for k, v in dropped.items() if v}
+    return schema, dropped, np.flatnonzero(keep)
+
+
+def _target(df, label, positive, threshold, levels, class_names, na_values, public) -> Target:
+    if positive is not None and threshold is not None:
+        raise ConfigError("dataset.options.positive and dataset.options.threshold are both set; give one "
+                          "(positive: label values of class 1; threshold: class 1 when the label is above it).")
+    if positive is not None:
+        pos = _levels_of(positive if isinstance(positive, (list, tuple)) else [positive], "dataset.options.positive")
+        joined = "|".join(pos)
+        target = Target(label, "positive", (f"not {joined}", joined), positive=pos)
+    elif threshold is not None:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
+            raise ConfigError(f"dataset.options.threshold must be a finite number (got dataset.options.threshold={threshold!r}).")
+        target = Target(label, "threshold", (f"<= {threshold:g}", f"> {threshold:g}"), threshold=float(threshold))
+    else:
+        if label in levels:
+            lv = _levels_of(levels[label], f"dataset.options.levels.{label}")
+        elif public:
+            raise ConfigError(f"dataset.options.levels.{label} is missing: under privacy.scope=model the classes of the label "
+                              f"need a public list (e.g. levels: {{{label}: [no, yes]}}), or set dataset.options.positive / "
+                              f"dataset.options.threshold; {SCOPE_HINT}.")
+        else:
+            lv = sorted_levels(tokens(df[label], na_values))
+        if len(lv) < 2:
+            raise ConfigError(f"The label {label!r} has {len(lv)} class(es) {list(lv)}; at least 2 are needed "
+                              f"(dataset.options.levels.{label}, positive or threshold).")
+        target = Target(label, "levels", lv, levels=lv)
+    if class_names is not None:
+        names = tuple(str(c) for c in class_names) if isinstance(class_names, (list, tuple)) else ()
+        if len(names) != len(target.class_names) or len(set(names)) != len(names):
+            raise ConfigError(f"dataset.options.class_names must list {len(target.class_names)} distinct names, one per class "
+                              f"(got {class_names!r}; classes: {list(target.class_names)}).")
+        target = Target(target.column, target.rule, names, target.levels, target.positive, target.threshold)
+    return target
+
+
+def _groups(df, sens, levels, na_values, public) -> Groups:
+    lists = []
+    for col in sens:
+        if col in levels:
+            lists.append(_levels_of(levels[col], f"dataset.options.levels.{col}"))
+        elif public:
+            raise ConfigError(f"dataset.options.levels.{col} is missing: under privacy.scope=model the sensitive groups need "
+                              f"a public level list (e.g. levels: {{{col}: [F, M]}}); {SCOPE_HINT}.")
+        else:
+            lists.append(sorted_levels(tokens(df[col], na_values)))
+    return Groups(sens, tuple(lists))
+
+
+def _require_public(resolved_types: Mapping[str, str], bounds: Mapping[str, object], levels: Mapping[str, object], why: str) -> None:
+    no_bounds = [c for c, t in resolved_types.items() if t == "numeric" and c not in bounds]
+    if no_bounds:
+        raise ConfigError(f"dataset.bounds.{no_bounds[0]} is missing: {why} needs public bounds [lo, hi] for every numeric column "
+                          f"({', '.join(no_bounds)}); {SCOPE_HINT}.")
+    no_levels = [c for c, t in resolved_types.items() if t in ("categorical", "binary") and c not in levels]
+    if no_levels:
+        raise ConfigError(f"dataset.options.levels.{no_levels[0]} is missing: {why} needs a public level list for every "
+                          f"categorical or binary column ({', '.join(no_levels)}); {SCOPE_HINT}.")
+
+
+def fit(schema: TableSchema, table: pd.DataFrame, train: np.ndarray, *, na_values: tuple[str, ...], public: bool,
+        bounds: Mapping[str, object] | None, where: str = "the table") -> TableSchema:
+    """Complete the feature encoders: public bounds, or (empirical) the training part's
+    mean/std and the level lists the configuration left open."""
+    parsed = parse_bounds(bounds, dataset="table") if public else {}
+    cols: list[Column] = []
+    part = table.iloc[train]
+    for c in schema.encoder.columns:
+        if isinstance(c, NumericColumn):
+            if public:
+                cols.append(NumericColumn(c.name, bound=parsed[c.name], indicator=c.indicator))
+            else:
+                values = pd.Series(numbers(part[c.name], column=c.name, where=where, na_values=na_values))
+                mean, std = float(values.mean()), float(values.std(ddof=0))
+                cols.append(NumericColumn(c.name, mean=mean if np.isfinite(mean) else 0.0, std=std if np.isfinite(std) else 1.0,
+                                          indicator=c.indicator))
+        elif c.levels:
+            cols.append(c)
+        else:  # empirical only (_require_public): the level list of the training part
+            lv = sorted_levels(tokens(part[c.name], na_values))
+            if isinstance(c, BinaryColumn):
+                if len(lv) != 2:
+                    raise ConfigError(f"Column {c.name!r} is binary but its training part has {len(lv)} value(s) {list(lv)[:5]}; "
+                                      f"declare dataset.options.levels.{c.name}=[<0 value>, <1 value>] or another type.")
+                cols.append(BinaryColumn(c.name, (lv[0], lv[1]), indicator=c.indicator))
+            else:
+                cols.append(CategoricalColumn(c.name, lv, other=c.other, indicator=c.indicator))
+    return TableSchema(schema.target, schema.groups, TableEncoder(tuple(cols)), schema.na_values)
+
+
+# --- what the rules did -------------------------------------------------------------------
+
+
+def format_counts(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """``{column: {rule: rows}}`` as one line.
+
+    >>> format_counts({"age": {"missing": 2, "clipped": 1}, "city": {"unknown": 3}})
+    'age: 2 missing (imputed), 1 outside the bounds (clipped); city: 3 unknown level'
+    """
+    words = {"missing": "missing (imputed)", "clipped": "outside the bounds (clipped)", "unknown": "unknown level"}
+    return "; ".join(f"{col}: " + ", ".join(f"{n} {words[k]}" for k, n in kinds.items()) for col, kinds in counts.items())
+
+
+def report_lines(data: TabularData, *, exact: bool) -> list[str]:
+    """Log lines counting dropped rows and the missing / out-of-bound / unknown-level rules.
+
+    ``exact=False`` (a private run under ``privacy.scope=model``): counts of training and
+    validation rows are exact statistics, so only the held-out test split's counts are
+    given, and of the dropped rows only their number (the file's row count and the
+    dataset size n, which raco treats as public).
+    """
+    meta: Mapping[str, Any] = data.meta
+    n_read, dropped = int(meta.get("rows_read", len(data.y))), dict(meta.get("dropped", {}))
+    total = n_read - len(data.y)
+    lines = [f"dataset=table: {n_read} rows read from {data.source}; {len(data.y)} kept"
+             + (f", {total} dropped" if total else "")
+             + ((" (" + ", ".join(f"{k}: {v}" for k, v in dropped.items()) + ")") if exact and dropped else
+                (" (the reasons are exact statistics of the data: logged only in privacy.scope=paper)" if total else ""))]
+    repairs: Mapping[str, Any] = meta.get("repairs", {})
+    for split in SPLITS if exact else ("test",):
+        counts = repairs.get(split, {})
+        if counts:
+            lines.append(f"{split} split: {format_counts(counts)}")
+        else:
+            lines.append(f"{split} split: no missing, out-of-bound or unknown values")
+    if not exact:
+        lines.append("train/val counts of the missing, clipping and unknown-level rules are exact statistics: not logged "
+                     "under privacy.scope=model")
+    return lines
