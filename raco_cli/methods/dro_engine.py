@@ -45,7 +45,7 @@ def clip_rows(rows: torch.Tensor, clip_norm: float | None) -> tuple[torch.Tensor
 
     >>> s, c = clip_rows(torch.tensor([[3.0, 4.0], [0.3, 0.4]]), 1.0)
     >>> [round(v, 4) for v in s.tolist()], int(c)
-    [0.9, 1.2], 1
+    ([0.9, 1.2], 1)
     """
     norms = rows.norm(dim=1)
     finite = torch.isfinite(norms)

@@ -197,7 +197,7 @@ def worst_case(ell: torch.Tensor, spec: ObjectiveSpec, *, iters: int = 200) -> W
 
     >>> wc = worst_case(torch.tensor([0.0, 1.0]), ObjectiveSpec("dro", divergence="chi2", lam=1.0))
     >>> [round(v, 6) for v in wc.weights.tolist()], round(wc.value, 6)
-    [0.25, 0.75], 0.625
+    ([0.25, 0.75], 0.625)
     """
     ell = ell.detach().double()
     n = len(ell)
