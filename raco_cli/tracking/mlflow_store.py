@@ -249,9 +249,27 @@ def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False) -> list[tuple[str,
     if not dry_run:
         for run_id, reason in marked:
             log.warning("Marking stale MLflow run %s as FAILED: %s", run_id, reason)
-            retrying(c.set_tag, run_id, "raco.stale_reason", reason)
-            retrying(c.set_terminated, run_id, status="FAILED")
+            try:
+                retrying(c.set_tag, run_id, "raco.stale_reason", reason)
+                retrying(c.set_terminated, run_id, status="FAILED")
+            except Exception as exc:  # noqa: BLE001 - housekeeping of another run must not fail this one
+                # The jobs of a sweep start together and each sweeps the store: two of them may mark the
+                # same stale run at once, and the second tag insert violates the store's unique key
+                # (measured: a 102-run group of fig9_low_eps lost this way).  Whoever wins, the run ends FAILED.
+                if _marked_by_another(c, run_id):
+                    log.info("Stale MLflow run %s was marked by another process", run_id)
+                else:
+                    log.warning("Could not mark stale MLflow run %s (%s); `raco runs stale` retries", run_id, exc)
     return marked
+
+
+def _marked_by_another(c, run_id: str) -> bool:
+    """Whether a stale run already carries the mark (its status left RUNNING or its tag is set)."""
+    try:
+        run = retrying(c.get_run, run_id)
+    except Exception:  # noqa: BLE001
+        return False
+    return run.info.status != "RUNNING" or "raco.stale_reason" in run.data.tags
 
 
 def close_sweep(uri: str, sweep_dir: Path) -> None:
