@@ -104,7 +104,8 @@ def accuracy_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_d
             rows.append([d, "non-private" if e is None else f"{e:g}", *cells])
     files = _write_table(Path(out_dir), spec.name, header, rows)
     plt = _plt()
-    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.6 * max(len(datasets), 1), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(4.2 * max(len(datasets), 1), 3.2), squeeze=False,
+                             layout="constrained")  # constrained: y labels clear the next panel
     for ax, d in zip(axes[0], datasets):
         for m in methods:
             pts = sorted((k[2], _stat(v)) for k, v in acc.items() if k[0] == d and k[1] == m and k[2] is not None)
@@ -124,13 +125,16 @@ def mia_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: P
     """Table 2: membership-inference AUC (loss-threshold and confidence attacks) per method x eps."""
     recs = _finished(records, spec.where)
     loss, conf = grouped(recs, "final/mia/auc_loss"), grouped(recs, "final/mia/auc_confidence")
-    eps = sorted({k[2] for k in loss if k[2] is not None})
-    header = ["dataset", "method", *[f"eps={e:g}" for e in eps]]
+    eps: list[Any] = sorted({k[2] for k in loss if k[2] is not None})
+    if any(k[2] is None for k in loss):  # the non-private references: one column of their own
+        eps.append(None)
+    header = ["dataset", "method", *[f"eps={e:g}" if e is not None else "non-private" for e in eps]]
     rows = []
     for d in sorted({k[0] for k in loss}):
         for m in _methods(sorted({k[1] for k in loss if k[0] == d})):
             rows.append([d, METHOD_LABEL.get(m, m),
-                         *[f"{_fmt(_stat(loss.get((d, m, e), [])))} (conf. {_fmt(_stat(conf.get((d, m, e), [])))})" for e in eps]])
+                         *[f"{_fmt(_stat(loss[(d, m, e)]))} (conf. {_fmt(_stat(conf.get((d, m, e), [])))})" if (d, m, e) in loss else "-"
+                           for e in eps]])
     return _write_table(Path(out_dir), spec.name, header, rows)
 
 
@@ -148,7 +152,8 @@ def gradnorm_curves(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_
             curves.setdefault(key, {}).setdefault(int(step), []).append(float(value))
     datasets = sorted({k[0] for k in curves})
     plt = _plt()
-    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.6 * max(len(datasets), 1), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(4.2 * max(len(datasets), 1), 3.2), squeeze=False,
+                             layout="constrained")  # constrained: y labels clear the next panel
     for ax, d in zip(axes[0], datasets):
         for m in _methods(sorted({k[1] for k in curves if k[0] == d})):
             pts = sorted(curves[(d, m)].items())
