@@ -166,6 +166,8 @@ def _prepare_regression(*extra: str, tmp_path):
                                               "max_j s_j^2, sum: the paper's s_k^2 / sum_j s_j^2, uniform: DPNoSE."),
         (["dataset.options.K=3"], "dataset.options.slopes must have one entry per group (K=3, got 2: [-10, 10]); see "
                                   "conf/dataset/group_mixture.yaml."),
+        (["privacy.rho=2", "privacy.delta_exponent=1.1"], "privacy.delta_exponent=1.1 cannot be combined with privacy.rho=2 (rho is "
+                                                         "converted to eps at the configured delta); set one of them to null."),
     ],
 )
 def test_regression_refusals_are_one_line(tmp_path, overrides, message):
