@@ -65,11 +65,19 @@ def robust_metrics(
         "f1": f1,
     }
     if probs is not None:
-        finite = np.isfinite(probs).all(axis=1)
-        if K == 2:
-            auc = rank_auc(probs[finite & (y == 1), 1], probs[finite & (y == 0), 1]) if np.all(np.isin([0, 1], y)) else float("nan")
-        else:
-            aucs = [rank_auc(probs[finite & (y == k), k], probs[finite & (y != k), k]) for k in range(K)]
-            auc = float(np.mean(aucs)) if all(np.any(y == k) for k in range(K)) else float("nan")
-        out["roc_auc"] = auc if np.isfinite(auc) else None
+        out["roc_auc"] = roc_auc(y, probs)
     return out
+
+
+def roc_auc(y: np.ndarray, probs: np.ndarray) -> float | None:
+    """``roc_auc`` of the module docstring from (n, K) class probabilities (rows with a
+    non-finite probability left out); None when a class is missing from the split."""
+    y = np.asarray(y)
+    K = probs.shape[1]
+    finite = np.isfinite(probs).all(axis=1)
+    if K == 2:
+        auc = rank_auc(probs[finite & (y == 1), 1], probs[finite & (y == 0), 1]) if np.all(np.isin([0, 1], y)) else float("nan")
+    else:
+        aucs = [rank_auc(probs[finite & (y == k), k], probs[finite & (y != k), k]) for k in range(K)]
+        auc = float(np.mean(aucs)) if all(np.any(y == k) for k in range(K)) else float("nan")
+    return auc if np.isfinite(auc) else None

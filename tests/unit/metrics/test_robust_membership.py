@@ -99,3 +99,23 @@ def test_label_shift_alone_is_not_membership():
     z = lambda n: np.tile([2.0, 0.0], (n, 1))  # noqa: E731  always "label 0"
     res = membership_inference(z(2000), y_in, z(2000), y_out)
     assert res["auc_loss"] == pytest.approx(0.5) and res["auc_confidence"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_batched_evaluation_gives_robust_metrics_exactly(K):
+    """The R-run evaluation (exact class counts) equals robust_metrics run by run, with an empty
+    group and a class absent from the split."""
+    from raco_cli.metrics.evaluate import evaluate_many
+
+    rng = np.random.default_rng(K)
+    n, R = 500, 4
+    y = rng.integers(0, K - 1, n) if K == 3 else rng.integers(0, K, n)  # K=3: class 2 absent
+    group = rng.integers(1, 3, n)  # group 0 of 3 empty (first: a NaN there would win min())
+    logits = rng.normal(size=(R, n, K)) + np.eye(K)[y]
+    names = ("g0", "g1", "g2")
+    cons = [build_constraints("dp", n_classes=K, n_groups=3, gamma=0.1)] * R
+    out = evaluate_many(logits, y, group, constraints=cons, temperatures=[1.0] * R, group_names=names, robust=True)
+    for r in range(R):
+        want = robust_metrics(y, logits[r].argmax(1), softmax(logits[r]), group, group_names=names)
+        got = {k: out[r][k] for k in want}
+        assert got == want
