@@ -66,6 +66,27 @@ class Release:
     sigma: float
 
 
+@dataclass(frozen=True)
+class RefreshDiffReleases:
+    """The four releases of a refresh / correction scheme on (x, dual block): a large-batch
+    refresh and a gradient-difference correction for each block.  DP Double-SPIDER (Algorithm 2)
+    and PrivateDiff use the same releases, kinds and options."""
+
+    dual_refresh: Release
+    dual_diff: Release
+    x_refresh: Release
+    x_diff: Release
+
+    @classmethod
+    def of(cls, spec: MethodSpec, o: dict[str, Any]) -> RefreshDiffReleases:
+        return cls(
+            dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], o["dual_noise_multiplier"]),
+            dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], o["dual_diff_noise_multiplier"]),
+            x_refresh=Release("gaussian_x_refresh", spec.required("clip_norm"), spec.required("noise_multiplier")),
+            x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], o["diff_noise_multiplier"]),
+        )
+
+
 def require_dro(spec: MethodSpec, *, name: str, kl_only: bool = False) -> None:
     """A DRO method needs ``objective=dro`` (Algorithm 3: the KL-constrained form).
 

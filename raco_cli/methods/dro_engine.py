@@ -27,15 +27,10 @@ from typing import cast
 import torch
 from torch import nn
 
-from raco_cli.methods.gradients import ClippedSum, clip_factors, resolve_precision
+from raco_cli.methods.gradients import ClippedSum, clip_factors, clip_stats, resolve_precision
 
 Point = list[torch.Tensor] | None  # parameter values, in engine.params order (None: the current ones)
 Term = tuple[Point, torch.Tensor]  # (parameters theta_k, per-record weights w_k (b,))
-
-
-def _count(norms: torch.Tensor, clip_norm: float | None, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    clipped = (norms > clip_norm).sum() if clip_norm is not None else torch.zeros((), dtype=torch.long, device=norms.device)
-    return clipped, torch.where(finite, norms, torch.zeros_like(norms)).sum(), (~finite).sum()
 
 
 def clip_rows(rows: torch.Tensor, clip_norm: float | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +88,7 @@ class LinearRecordEngine:
         norms = G.norm(dim=1) * xnorm
         finite = torch.isfinite(norms)
         Gs = torch.nan_to_num(G * clip_factors(norms, clip_norm, finite)[:, None], nan=0.0, posinf=0.0, neginf=0.0)
-        clipped, norm_sum, nonfinite = _count(norms, clip_norm, finite)
+        clipped, norm_sum, nonfinite = clip_stats(norms, clip_norm, finite)
         return ClippedSum(grads=[Gs.t() @ Xc, Gs.sum(dim=0)], clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
 
@@ -160,7 +155,7 @@ class FunctionalRecordEngine:
             factors = clip_factors(norms, clip_norm, finite)
             for acc, n in zip(total, self.names):
                 acc += torch.tensordot(factors, torch.nan_to_num(v[n], nan=0.0, posinf=0.0, neginf=0.0), dims=1)
-            a, b, c = _count(norms, clip_norm, finite)
+            a, b, c = clip_stats(norms, clip_norm, finite)
             clipped, norm_sum, nonfinite = clipped + a, norm_sum + b, nonfinite + c
         return ClippedSum(grads=total, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 

@@ -53,6 +53,7 @@ import torch
 from raco_cli.methods.base import MethodSpec, read_options
 from raco_cli.methods.dro_common import (
     DroRun,
+    RefreshDiffReleases,
     Release,
     integer_option,
     positive_options,
@@ -112,25 +113,8 @@ def sgda_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, An
     return dpa.SelfComposedDpEvent(step, int(steps))
 
 
-@dataclass(frozen=True)
-class DiffReleases:
-    x_refresh: Release
-    x_diff: Release
-    dual_refresh: Release
-    dual_diff: Release
-
-    @classmethod
-    def of(cls, spec: MethodSpec, o: dict[str, Any]) -> DiffReleases:
-        return cls(
-            x_refresh=Release("gaussian_x_refresh", spec.required("clip_norm"), spec.required("noise_multiplier")),
-            x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], o["diff_noise_multiplier"]),
-            dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], o["dual_noise_multiplier"]),
-            dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], o["dual_diff_noise_multiplier"]),
-        )
-
-
 def diff_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
-    rel = DiffReleases.of(spec, o)
+    rel = RefreshDiffReleases.of(spec, o)
 
     def joint(a: Release, b: Release) -> dpa.DpEvent:
         return dpa.PoissonSampledDpEvent(sample_rate, dpa.ComposedDpEvent([dpa.GaussianDpEvent(a.sigma), dpa.GaussianDpEvent(b.sigma)]))
@@ -196,7 +180,7 @@ def run_sgda(run: DroRun, o: dict[str, Any]) -> list[float]:
 def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
     """PrivateDiff Minimax adapted to the DRO Lagrangian (module docstring)."""
     lag, dual, ratios = _init(run)
-    rel = DiffReleases.of(run.spec, o) if run.private else None
+    rel = RefreshDiffReleases.of(run.spec, o) if run.private else None
     expected = run.q * run.n
     run.declare("gaussian_x_refresh", "gaussian_x_diff", "gaussian_dual_refresh", "gaussian_dual_diff")
     x_prev: list[torch.Tensor] | None = None

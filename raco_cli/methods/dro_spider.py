@@ -18,7 +18,7 @@ steps t = 0..T-1, phase length q (``options.phase``):
 Privacy (the printed algorithm clips batch *means*, lines 4, 6, 10, 12, whose sensitivity is
 2C, not C/N): every release here is ``sum_i clip(term_i, C) + N(0, (sigma C)^2)`` divided by the
 batch's *expected* size, with one clip norm and noise multiplier per line
-(:meth:`Double.releases`).  ``diff_clip_scale > 0`` makes the correction clip norms
+(:class:`~raco_cli.methods.dro_common.RefreshDiffReleases`).  ``diff_clip_scale > 0`` makes the correction clip norms
 ``scale * |(x_t, eta) - (x_{t-1}, eta')| + C`` (the paper's C_2, C_4 follow these distances):
 functions of earlier releases, with the noise std following C, so the accountant sees the
 same noise multiplier.  DpEvent tree (independent Poisson samples per line)::
@@ -73,6 +73,7 @@ import torch
 from raco_cli.methods.base import MethodSpec, read_options
 from raco_cli.methods.dro_common import (
     DroRun,
+    RefreshDiffReleases,
     Release,
     integer_option,
     positive_options,
@@ -163,25 +164,6 @@ def rates(spec: MethodSpec, sample_rate: float, o: dict[str, Any]) -> Rates:
 # --- Algorithm 2 -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Double:
-    """Algorithm 2's four releases."""
-
-    dual_refresh: Release
-    dual_diff: Release
-    x_refresh: Release
-    x_diff: Release
-
-    @classmethod
-    def releases(cls, spec: MethodSpec, o: dict[str, Any]) -> Double:
-        return cls(
-            dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], o["dual_noise_multiplier"]),
-            dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], o["dual_diff_noise_multiplier"]),
-            x_refresh=Release("gaussian_x_refresh", spec.required("clip_norm"), spec.required("noise_multiplier")),
-            x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], o["diff_noise_multiplier"]),
-        )
-
-
 def _two_phase_event(refresh: dpa.DpEvent, diff: dpa.DpEvent, steps: int, phase: int) -> dpa.DpEvent:
     n_ref = refresh_steps(steps, phase)
     parts = [dpa.SelfComposedDpEvent(refresh, n_ref)] if n_ref else []
@@ -195,7 +177,7 @@ def _ps(q: float, release: Release) -> dpa.DpEvent:
 
 
 def double_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
-    r, rel = rates(spec, sample_rate, o), Double.releases(spec, o)
+    r, rel = rates(spec, sample_rate, o), RefreshDiffReleases.of(spec, o)
     refresh = dpa.ComposedDpEvent([_ps(r.refresh, rel.dual_refresh), _ps(r.refresh, rel.x_refresh)])
     diff = dpa.ComposedDpEvent([_ps(r.diff, rel.dual_diff), _ps(r.diff, rel.x_diff)])
     return _two_phase_event(refresh, diff, steps, o["phase"])
@@ -212,7 +194,7 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
     """Algorithm 2 on ``run`` (module docstring); returns the final dual block."""
     spec, objective = run.spec, run.objective
     form = DualForm.of(objective)
-    rel = Double.releases(spec, o) if run.private else None
+    rel = RefreshDiffReleases.of(spec, o) if run.private else None
     r = rates(spec, run.q, o)
     n = run.n
     run.declare("gaussian_dual_refresh", "gaussian_dual_diff", "gaussian_x_refresh", "gaussian_x_diff")

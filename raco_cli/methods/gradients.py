@@ -58,7 +58,8 @@ def clip_factors(norms: torch.Tensor, clip_norm: float | None, finite: torch.Ten
     return torch.where(finite, factors, torch.zeros_like(factors))
 
 
-def _stats(norms: torch.Tensor, clip_norm: float | None, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def clip_stats(norms: torch.Tensor, clip_norm: float | None, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clipped count, sum of the finite norms and non-finite count of one batch's per-record norms."""
     clipped = (norms > clip_norm).sum() if clip_norm is not None else torch.zeros((), dtype=torch.long, device=norms.device)
     return clipped, torch.where(finite, norms, torch.zeros_like(norms)).sum(), (~finite).sum()
 
@@ -146,7 +147,7 @@ class LinearEngine:
         finite = torch.isfinite(norms)
         # non-finite rows: factor 0 and nan_to_num drop them without a device sync
         gs = torch.nan_to_num(g * clip_factors(norms, clip_norm, finite)[:, None], nan=0.0, posinf=0.0, neginf=0.0)
-        clipped, norm_sum, nonfinite = _stats(norms, clip_norm, finite)
+        clipped, norm_sum, nonfinite = clip_stats(norms, clip_norm, finite)
         grads = [gs.t() @ X, gs.sum(dim=0)] if bias else [gs.t() @ X]
         return ClippedSum(grads=grads, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
 
@@ -242,7 +243,7 @@ class FunctionalEngine:
             factors = clip_factors(norms, clip_norm, finite)
             for acc, n in zip(total, self.names):
                 acc += torch.tensordot(factors, torch.nan_to_num(g[n], nan=0.0, posinf=0.0, neginf=0.0), dims=1)
-            a, b, d = _stats(norms, clip_norm, finite)
+            a, b, d = clip_stats(norms, clip_norm, finite)
             clipped, norm_sum, nonfinite = clipped + a, norm_sum + b, nonfinite + d
             del g
         return ClippedSum(grads=total, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite)
