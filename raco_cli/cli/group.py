@@ -154,6 +154,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
         warn_secure_rng,
     )
     from raco_cli.methods.batched import Member
+    from raco_cli.tracking.mlflow_store import flush_recorders
 
     t0 = time.time()
     first = runs[0][1]
@@ -186,19 +187,20 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             progress.close()
         trained = time.time() - t0
         for r, ((member, prep), result, rec) in enumerate(zip(runs, results, recorders)):
-            run_dir = Path(member["run_dir"])
             try:
-                summary = finish_run(prep, result, run_dir, rec, started=time.time() - trained / R, curves=draw_curves(prep.spec, sweep_dir),
-                                     stats={"group_wall_time_s": trained})
+                out[r] = finish_run(prep, result, Path(member["run_dir"]), rec, started=time.time() - trained / R,
+                                    curves=draw_curves(prep.spec, sweep_dir), stats={"group_wall_time_s": trained})
             except RacoError as exc:
                 print(f"error: job {member['num']}: {exc}", file=sys.stderr)
                 tag_error(rec, exc)
+        flush_recorders(recorders)  # every run's metrics in a few store transactions, then each run ends
+        for r, (member, _) in enumerate(runs):
+            if out[r] is None:
                 continue
-            if rec is not None:
-                rec.finish("FINISHED")
+            if recorders[r] is not None:
+                recorders[r].finish("FINISHED")
                 recorders[r] = None
-            out[r] = summary
-            print(format_result(summary, run_dir), flush=True)
+            print(format_result(out[r], Path(member["run_dir"])), flush=True)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -15,7 +15,7 @@ import random
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -308,9 +308,9 @@ class RunRecorder:
     """One MLflow run; also the :class:`Reporter` a method reports evaluations to.
 
     ``client``: an MlflowClient to share (the runs of a sweep group: one connection, one
-    stale-run check); ``buffered``: evaluation metrics are kept and logged in bulk when the
-    run ends (a group's runs evaluate together, and a store write per run per evaluation
-    would cost more than the training).
+    stale-run check); ``buffered``: metrics are kept and logged in bulk when the run ends,
+    or by :func:`flush_recorders` for a whole group (a group's runs evaluate together, and a
+    store write per run per evaluation would cost more than the training).
     """
 
     def __init__(
@@ -377,26 +377,22 @@ class RunRecorder:
                 metrics[f"{split}/noisy_violation"] = m["noisy_violation"]
         if record.lam:
             metrics["dual/lambda_max"] = max(record.lam)
-        if self.buffered:
-            from mlflow.entities import Metric
-
-            ts = int(time.time() * 1000)
-            self._pending.extend(Metric(k, float(v), ts, record.step) for k, v in metrics.items())
-            return
         self.log_metrics(metrics, step=record.step)
 
     def flush(self) -> None:
-        """Log the buffered evaluation metrics (1000 per request, MLflow's limit)."""
-        pending, self._pending = self._pending, []
-        for start in range(0, len(pending), 1000):
-            retrying(self.client.log_batch, self.run_id, metrics=pending[start : start + 1000])
+        """Log the buffered metrics (:func:`flush_recorders` does it for many runs at once)."""
+        flush_recorders([self])
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
+        """Log now, or keep for :meth:`flush` when the recorder is ``buffered``."""
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
         # names built from data names (a group "F&M", a class ">50K"): characters MLflow refuses become "_"
         batch = [Metric(_PARAM_NAME.sub("_", k), float(v), ts, step) for k, v in metrics.items()]
+        if self.buffered:
+            self._pending.extend(batch)
+            return
         for start in range(0, len(batch), 500):
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 
@@ -424,6 +420,21 @@ class RunRecorder:
             self.flush()
         finally:
             retrying(self.client.set_terminated, self.run_id, status=status)
+
+
+def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
+    """Log the buffered metrics of several runs, in bulk per shared client
+    (:mod:`raco_cli.tracking.bulk_metrics`); a recorder's buffer is emptied once written."""
+    from raco_cli.tracking.bulk_metrics import log_metrics_bulk
+
+    by_client: dict[int, list[RunRecorder]] = {}
+    for rec in recorders:
+        if rec is not None and rec._pending:
+            by_client.setdefault(id(rec.client), []).append(rec)
+    for recs in by_client.values():
+        log_metrics_bulk(recs[0].client, {rec.run_id: rec._pending for rec in recs})
+        for rec in recs:
+            rec._pending = []
 
 
 def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any]:

@@ -17,20 +17,21 @@ pytestmark = pytest.mark.slow
 JOBS = 8
 
 
-def _sweep(tmp_path: Path, uri: str) -> subprocess.CompletedProcess:
+def _sweep(tmp_path: Path, uri: str, *, grouped: bool = False) -> subprocess.CompletedProcess:
+    # one process per run (grouping would make these 8 runs one batched job) and curves drawn, as in
+    # the sweeps this test was written for: concurrent writers of every kind of record; grouped: four
+    # group jobs of two runs at once, each writing its runs' histories in bulk (tracking/bulk_metrics.py)
+    layout = ["hydra.sweeper.group=true", "hydra.sweeper.group_max_runs=2"] if grouped else ["hydra.sweeper.group=false", "tracking.curves=true"]
     return subprocess.run(
         [sys.executable, "-m", "raco_cli", "train", "--multirun", "dataset=synthetic", f"seed=range(0,{JOBS})",
          "method.batch_size=200", "method.max_steps=20", "method.eval_every=5", "hydra/launcher=joblib",
          f"hydra.launcher.n_jobs={JOBS}", f"tracking.uri={uri}", "tracking.experiment=conc",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}",
-         # one process per run (grouping would make these 8 runs one batched job) and curves drawn, as in
-         # the sweeps this test was written for: concurrent writers of every kind of record
-         "hydra.sweeper.group=false", "tracking.curves=true"],
+         f"hydra.sweep.dir={tmp_path / 'sweep'}", *layout],
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )
 
 
-def _check(tmp_path: Path, uri: str) -> None:
+def _check(tmp_path: Path, uri: str, *, curves: bool = True) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -43,11 +44,12 @@ def _check(tmp_path: Path, uri: str) -> None:
     assert sorted(int(r.data.params["seed"]) for r in children) == list(range(JOBS))
     for r in children:
         summary = json.loads((Path(r.data.tags["raco.run_dir"]) / "summary.json").read_text())
-        history = client.get_metric_history(r.info.run_id, "val/accuracy")
+        # privacy.scope=model (the default) records the released split and the test split
+        history = client.get_metric_history(r.info.run_id, "test/accuracy")
         # evaluations at steps 0, 5, ..., 20: every one arrived, once
         assert sorted(m.step for m in history) == [0, 5, 10, 15, 20]
         assert r.data.metrics["final/test/accuracy"] == pytest.approx(summary["metrics"]["test"]["accuracy"])
-        assert {"summary.json", "curves.png", "config.yaml"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
+        assert {"summary.json", "config.yaml", *(["curves.png"] if curves else [])} <= {a.path for a in client.list_artifacts(r.info.run_id)}
 
 
 def test_eight_parallel_jobs_into_one_sqlite_store(tmp_path):
@@ -55,6 +57,14 @@ def test_eight_parallel_jobs_into_one_sqlite_store(tmp_path):
     res = _sweep(tmp_path, uri)
     assert res.returncode == 0, res.stderr[-3000:]
     _check(tmp_path, uri)
+
+
+def test_four_parallel_group_jobs_into_one_sqlite_store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res = _sweep(tmp_path, uri, grouped=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "8 runs as 4 launcher jobs" in res.stderr + res.stdout
+    _check(tmp_path, uri, curves=False)
 
 
 def _free_port() -> int:

@@ -1,0 +1,138 @@
+"""The evaluation histories of many runs written in a few store transactions.
+
+A sweep group (:mod:`raco_cli.cli.group`) ends with every run's buffered metrics to write:
+for a 160-run Adult group at 100 steps, ~195 000 rows.  MLflow's ``log_batch`` builds an ORM
+object per row and keeps ``latest_metrics`` up to date key by key, ~0.4 ms a row on SQLite:
+72 s of the group's 166 s under cProfile, against 39 s of training.  Here the same rows go
+into the same tables — MLflow's own table objects, so the schema follows the installed
+MLflow — by one ``executemany`` per table and transaction, with MLflow's validation, NaN/inf
+sanitising and "latest = greatest (step, timestamp, value)" rule applied the same way
+(tests/unit/tracking/test_bulk_metrics.py compares both paths row for row).
+
+Only MLflow's SQL store takes this path; any other store, and any batch MLflow's own path
+would treat specially (a row already stored, a run that is deleted), goes through
+``log_batch`` run by run, whose checks and de-duplication then apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# rows per transaction: runs are kept whole; a SQLite writer holds the database lock for
+# the whole transaction, and parallel group jobs wait for it (busy timeout 20 s)
+ROWS_PER_TRANSACTION = 50_000
+_LOG_BATCH_LIMIT = 1000  # MLflow's metrics per log_batch request
+
+
+class _Fallback(Exception):
+    """The batch needs MLflow's own per-run path."""
+
+
+def log_metrics_bulk(client: Any, metrics_by_run: Mapping[str, Sequence[Any]]) -> None:
+    """Log ``{run_id: [mlflow.entities.Metric, ...]}`` as ``client.log_batch`` would, run by run."""
+    from raco_cli.tracking.mlflow_store import retrying
+
+    todo = {run_id: list(ms) for run_id, ms in metrics_by_run.items() if ms}
+    store = _sql_store(client)
+    if store is None:
+        for run_id, ms in todo.items():
+            _per_run(client, run_id, ms)
+        return
+    for chunk in _chunks(todo):
+        try:
+            retrying(_write, store, chunk)
+        except _Fallback:
+            for run_id, ms in chunk.items():
+                _per_run(client, run_id, ms)
+
+
+def _per_run(client: Any, run_id: str, metrics: Sequence[Any]) -> None:
+    from raco_cli.tracking.mlflow_store import retrying
+
+    for start in range(0, len(metrics), _LOG_BATCH_LIMIT):
+        retrying(client.log_batch, run_id, metrics=metrics[start : start + _LOG_BATCH_LIMIT])
+
+
+def _sql_store(client: Any) -> Any:
+    """The client's SqlAlchemyStore, or None (file, REST or any other store)."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    except ImportError:  # pragma: no cover - mlflow without SQL support
+        return None
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    return store if isinstance(store, SqlAlchemyStore) else None
+
+
+def _chunks(todo: Mapping[str, list[Any]]) -> list[dict[str, list[Any]]]:
+    out: list[dict[str, list[Any]]] = [{}]
+    rows = 0
+    for run_id, ms in todo.items():
+        if rows and rows + len(ms) > ROWS_PER_TRANSACTION:
+            out.append({})
+            rows = 0
+        out[-1][run_id] = ms
+        rows += len(ms)
+    return [c for c in out if c]
+
+
+def _rows(store: Any, run_id: str, metrics: Sequence[Any]) -> list[dict[str, Any]]:
+    """MLflow's checks and sanitising (``_log_metrics_once``): each metric validated, exact
+    duplicates within the batch dropped, NaN stored as 0 with ``is_nan``, +-inf as +-max float."""
+    from mlflow.utils.validation import _validate_metric
+
+    rows, seen = [], set()
+    for m in metrics:
+        _validate_metric(m.key, m.value, m.timestamp, m.step)
+        if m in seen:
+            continue
+        seen.add(m)
+        is_nan, value = store.sanitize_metric_value(m.value)
+        rows.append({"run_uuid": run_id, "key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan})
+    return rows
+
+
+def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """MLflow's rule for latest_metrics: strictly greater (step, timestamp, value)."""
+    return (a["step"], a["timestamp"], a["value"]) > (b["step"], b["timestamp"], b["value"])
+
+
+def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
+    """One transaction: every row of ``chunk`` into ``metrics`` and ``latest_metrics`` updated."""
+    import sqlalchemy as sa
+    from mlflow.entities import LifecycleStage
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+
+    runs, metrics, latest_metrics = SqlRun.__table__, SqlMetric.__table__, SqlLatestMetric.__table__
+    rows = [r for run_id, ms in chunk.items() for r in _rows(store, run_id, ms)]
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        k = (r["run_uuid"], r["key"])
+        if k not in latest or _newer(r, latest[k]):
+            latest[k] = r
+    run_ids = list(chunk)
+    with store.engine.begin() as conn:  # commits at the end, rolls back on any exception
+        if store.engine.dialect.name == "sqlite":  # what MLflow's sessions set on SQLite
+            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
+            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
+        stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(run_ids))).all())
+        if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
+            raise _Fallback  # MLflow's path raises its own error for a missing or deleted run
+        cols = (latest_metrics.c.run_uuid, latest_metrics.c.key, latest_metrics.c.step, latest_metrics.c.timestamp, latest_metrics.c.value)
+        stored = {
+            (run_uuid, key): {"step": step, "timestamp": ts, "value": value}
+            for run_uuid, key, step, ts, value in conn.execute(sa.select(*cols).where(latest_metrics.c.run_uuid.in_(run_ids))).all()
+        }
+        try:
+            conn.execute(sa.insert(metrics), rows)
+        except sa.exc.IntegrityError:
+            raise _Fallback from None  # a row already stored: MLflow's path skips it
+        new = [r for k, r in latest.items() if k not in stored]
+        if new:
+            conn.execute(sa.insert(latest_metrics), new)
+        for r in (r for k, r in latest.items() if k in stored and _newer(r, stored[k])):
+            conn.execute(
+                sa.update(latest_metrics)
+                .where(latest_metrics.c.run_uuid == r["run_uuid"], latest_metrics.c.key == r["key"])
+                .values(value=r["value"], step=r["step"], timestamp=r["timestamp"], is_nan=r["is_nan"])
+            )
