@@ -194,13 +194,13 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                 print(f"error: job {member['num']}: {exc}", file=sys.stderr)
                 tag_error(rec, exc)
         flush_recorders(recorders)  # every run's metrics in a few store transactions, then each run ends
-        for r, (member, _) in enumerate(runs):
-            if out[r] is None:
+        for r, ((member, _), summary) in enumerate(zip(runs, out)):
+            if summary is None:
                 continue
             if recorders[r] is not None:
                 recorders[r].finish("FINISHED")
                 recorders[r] = None
-            print(format_result(out[r], Path(member["run_dir"])), flush=True)
+            print(format_result(summary, Path(member["run_dir"])), flush=True)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
