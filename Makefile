@@ -94,9 +94,8 @@ reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; r
 		$(RACO) train +sweep=$$s $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) || failed="$$failed sweep-$$s"; \
 	done; \
 	for s in $(REPRODUCE); do \
-		$(RACO) figures $$s $(if $(SMOKE),--smoke) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed fig-$$s"; \
+		$(RACO) figures $$s $(if $(SMOKE),--smoke,--small) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed fig-$$s"; \
 	done; \
-	rm -f $(if $(SMOKE),,docs/figures/*.pdf); \
 	elapsed=$$(( $$(date +%s) - start )); \
 	$(RACO) report --reproduction $(if $(SMOKE),--smoke) --wall-time $$elapsed --sweeps "$(REPRODUCE)" || failed="$$failed report"; \
 	echo "make reproduce: total wall time $$((elapsed / 60)) min $$((elapsed % 60)) s (sweeps + figures)"; \

@@ -1,11 +1,12 @@
 """``raco figures`` and ``raco report``: paper figures and Pareto tables from MLflow.
 
-    raco figures [NAME ...] [--smoke] [--out DIR] [--no-log] [tracking.uri=URI]
+    raco figures [NAME ...] [--smoke] [--out DIR] [--no-log] [--small] [tracking.uri=URI]
     raco report EXPERIMENT [--all] [--x METRIC] [--out DIR] [--no-log] [tracking.uri=URI]
     raco report --reproduction [--smoke] [--doc FILE] [--wall-time SECONDS] [tracking.uri=URI]
 
 Figures go to ``outputs/figures/<name>.{png,pdf}`` (tables also ``.md``/``.csv``) and are
-logged as artifacts of the experiment's report run.  A figure without runs fails with one
+logged as artifacts of the experiment's report run; ``--small`` writes palette PNGs only (no
+PDF), the form committed under docs/figures by ``make reproduce``.  A figure without runs fails with one
 line naming the sweep to run (exit 2); ``raco figures`` with no name draws every figure that
 has runs and lists the others.
 """
@@ -67,8 +68,8 @@ def published_points(spec: FigureSpec) -> list[PublishedPoint]:
     return [p for e in pub["eps"] for p in load_published(dataset=pub["dataset"], constraint=pub["constraint"], epsilon=e)]
 
 
-def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: bool = True) -> list[Path]:
-    """Draw one figure from its experiment.
+def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: bool = True, small: bool = False) -> list[Path]:
+    """Draw one figure from its experiment (``small``: palette PNGs, no PDF).
 
     Raises:
         NoRunsError: the experiment has no finished runs (the message names the sweep).
@@ -98,6 +99,10 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
     from dataclasses import replace
 
     files = plots.draw(records, replace(spec, name=name_out), out, published=points)
+    if small:
+        for f in [f for f in files if f.suffix == ".pdf"]:
+            f.unlink()
+        files = [plots.shrink_png(f) if f.suffix == ".png" else f for f in files if f.suffix != ".pdf"]
     if log:
         log_report_artifacts(uri, experiment, files)
     return files
@@ -111,6 +116,7 @@ def figures_main(argv: list[str]) -> int:
     parser.add_argument("--smoke", action="store_true", help="read the SMOKE=1 experiments (<experiment>_smoke)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default outputs/figures)")
     parser.add_argument("--no-log", action="store_true", help="do not log the files to MLflow")
+    parser.add_argument("--small", action="store_true", help="128-colour PNGs and no PDF (for committing, as docs/figures)")
     rest, uri = _split(argv)
     args = parser.parse_args(rest)
     uri = uri or default_uri()
@@ -120,13 +126,13 @@ def figures_main(argv: list[str]) -> int:
             raise unknown_name("figure", n, FIGURES)
     if names:
         for n in names:
-            for f in draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log):
+            for f in draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log, small=args.small):
                 print(f)
         return 0
     drawn, missing = 0, []
     for n in FIGURES:
         try:
-            files = draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log)
+            files = draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log, small=args.small)
         except NoRunsError:
             missing.append(n)
             continue

@@ -153,8 +153,17 @@ def test_sweep_file_smoke_with_command_line_overrides(tmp_path):
         ("sgda", "synthetic", "60")}
     fig = raco("figures", "--smoke", "--no-log", "--out", str(figs), f"tracking.uri=sqlite:///{db}", cwd=tmp_path)
     assert fig.returncode == 0, fig.stderr
-    assert (figs / "fig4_adult_smoke.png").exists()
+    assert (figs / "fig4_adult_smoke.png").exists() and (figs / "fig4_adult_smoke.pdf").exists()
     assert "skipped (no runs yet): fig2a_celeba," in fig.stderr
+    small = raco("figures", "fig4_adult", "--smoke", "--no-log", "--small", "--out", str(tmp_path / "small"),
+                 f"tracking.uri=sqlite:///{db}", cwd=tmp_path)  # make reproduce's docs/figures form
+    assert small.returncode == 0, small.stderr
+    assert sorted(p.name for p in (tmp_path / "small").iterdir()) == ["fig4_adult_smoke.png"]
+    from PIL import Image
+
+    with Image.open(tmp_path / "small" / "fig4_adult_smoke.png") as im:
+        assert im.mode == "P"  # a 128-colour palette
+    assert (tmp_path / "small" / "fig4_adult_smoke.png").stat().st_size < (figs / "fig4_adult_smoke.png").stat().st_size
 
 
 def test_tune_runs_resumes_and_retrains(tmp_path):
