@@ -82,9 +82,11 @@ def runs_per_chunk(prep: Any, memory_gb: float) -> int:
     return max(1, int(memory_gb * 2**30 // per_run))
 
 
-def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float) -> list[dict[str, Any] | None]:
+def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float,
+                echo: bool = True) -> list[dict[str, Any] | None]:
     """Prepare every run, train compatible runs together, finish each; a summary per run
-    (None for a run that failed, which is recorded FAILED in MLflow)."""
+    (None for a run that failed, which is recorded FAILED in MLflow).  ``echo``: print each
+    run's result line (``raco tune``'s trials do not)."""
     from raco_cli.cli.train import _record_quietly, format_result, prepare_run, train
 
     t0 = time.time()
@@ -105,7 +107,7 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
             continue
         key = batch_key(prep)
         if key is None:  # e.g. an MLP or images: the one-run path (features standardised as alone)
-            out[i] = _alone(m, sweep_dir, train, format_result)
+            out[i] = _alone(m, sweep_dir, train, format_result, echo)
             continue
         batches.setdefault(key, []).append((i, prep))
     for runs in batches.values():
@@ -114,15 +116,15 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
             chunk = runs[start : start + size]
             if len(chunk) == 1:
                 i, _ = chunk[0]
-                out[i] = _alone(members[i], sweep_dir, train, format_result)
+                out[i] = _alone(members[i], sweep_dir, train, format_result, echo)
                 continue
-            for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir)):
+            for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir, echo)):
                 out[i] = summary
     log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, sum(s is None for s in out))
     return out
 
 
-def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format_result: Any) -> dict[str, Any] | None:
+def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format_result: Any, echo: bool) -> dict[str, Any] | None:
     """A run of the group trained by the one-run path (prepared again: its features are
     standardised as a run alone standardises them)."""
     run_dir = Path(member["run_dir"])
@@ -135,11 +137,12 @@ def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format
         log.exception("job %s failed", member["num"])
         print(f"error: job {member['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
         return None
-    print(format_result(summary, run_dir), flush=True)
+    if echo:
+        print(format_result(summary, run_dir), flush=True)
     return summary
 
 
-def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None) -> list[dict[str, Any] | None]:
+def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None, echo: bool) -> list[dict[str, Any] | None]:
     """One chunk of compatible runs through the method's ``fit_many``."""
     from raco_cli.cli.train import (
         _FanOut,
@@ -200,7 +203,8 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             if recorders[r] is not None:
                 recorders[r].finish("FINISHED")
                 recorders[r] = None
-            print(format_result(summary, Path(member["run_dir"])), flush=True)
+            if echo:
+                print(format_result(summary, Path(member["run_dir"])), flush=True)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

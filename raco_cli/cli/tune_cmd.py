@@ -5,7 +5,7 @@
               [tune.study=NAME] [tune.retrain=true] [tune.timeout=null] [tune.sampler_seed=0]
 
 Phase 1: an Optuna TPE search over the paper's ranges (below), each trial training
-``trial_seeds`` models (no MLflow) and scoring the mean validation accuracy of their reported
+``trial_seeds`` models (no MLflow; one batched problem, as a sweep group) and scoring the mean validation accuracy of their reported
 checkpoints; a trial is *feasible* when every seed's checkpoint satisfies the hard train
 constraint (the TPE sampler is told so through ``constraints_func``).  The study lives in a
 SQLite file, so an interrupted search resumes: trials left RUNNING or interrupted are failed
@@ -154,12 +154,19 @@ def best_feasible(trials: Sequence[Any]) -> Any | None:
     return max(ok, key=lambda t: (t.value, -t.number)) if ok else None
 
 
+def _with_seed(cfg: Any, seed: int) -> Any:
+    """A copy of a composed job config with another ``seed`` (what ``seed=<s>`` composes to)."""
+    out = cfg.copy()
+    out.seed = seed
+    return out
+
+
 def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> tuple[Any, str]:
     """Phase 1.  Returns (study, study name)."""
     import optuna
 
     from raco_cli.cli.build import build_run_spec
-    from raco_cli.cli.train import train
+    from raco_cli.cli.group import DEFAULT_MEMORY_GB, train_group
     from raco_cli.cli.validate import compose_config, compose_job
 
     base = compose_config([*overrides, "tracking=none"])  # bad overrides: one line, before any trial
@@ -207,18 +214,22 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
                 values[name] = trial.suggest_float(name, p.low, p.high, log=p.log)
         ovr = trial_overrides(values, method)
         accs, viols = [], []
-        try:
-            for s in range(int(opts["trial_seeds"])):
-                cfg = compose_job([*overrides, *ovr, f"seed={s}", "tracking=none"])
-                summary = train(cfg, run_dir=out_dir / f"trial_{trial.number}" / f"seed_{s}")
-                accs.append(float(summary["metrics"]["val"]["accuracy"]))
-                v = summary["metrics"]["train"].get("violation_hard")
-                viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
-        except RacoError as exc:  # e.g. a batch size whose budget allows no step: infeasible
-            trial.set_user_attr("error", str(exc))
+        # the trial's seeds as one sweep group (one batched problem when the method has one), composed
+        # once; no MLflow and no curves.png: a trial's models are scored, not kept
+        cfg = compose_job([*overrides, *ovr, "tracking=none", "tracking.curves=false"])
+        members = [{"num": s, "run_dir": str(out_dir / f"trial_{trial.number}" / f"seed_{s}"), "config": _with_seed(cfg, s)}
+                   for s in range(int(opts["trial_seeds"]))]
+        summaries = train_group(members, sweep_dir=None, memory_gb=DEFAULT_MEMORY_GB, echo=False)
+        if any(s is None for s in summaries):  # e.g. a batch size whose budget allows no step: infeasible
+            trial.set_user_attr("error", "a seed failed (its error is printed above)")
             set_violation(trial, 1.0)
-            log(f"trial {trial.number}: {exc}")
+            log(f"trial {trial.number}: a seed failed; infeasible")
             return 0.0
+        for summary in summaries:
+            assert summary is not None
+            accs.append(float(summary["metrics"]["val"]["accuracy"]))
+            v = summary["metrics"]["train"].get("violation_hard")
+            viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
         value = sum(accs) / len(accs)
         violation = max(viols)
         set_violation(trial, violation)
