@@ -26,7 +26,11 @@ method.lr                   [0.01, 10] log        eta_theta in [1e-4, 0.1]
 method.lr_dual              [0.01, 10] log        eta_lambda in [1e-4, 0.1]
 method.batch_size           [256, 1256]           B in [256, 1256]
 method.temperature          [1, 10]               tau in [1, 10]
+method.options.lam          [0.1, 32] log         DP-FERMI only: the ERMI weight lambda
 ==========================  ====================  =========================================
+
+DP-FERMI cannot take gamma: its fairness knob is lambda, so its search includes lambda (and
+lr_dual, its W step) and gamma only decides feasibility, as for the other methods.
 
 Learning rates: our update divides the noisy clipped gradient sum by q|D| (a mean over the
 expected batch) and the dual gradient is a rate difference of order 0.1, so steps in the
@@ -72,12 +76,14 @@ SPACE = {
     "lr_dual": Param("method.lr_dual", 0.01, 10.0, log=True),
     "batch_size": Param("method.batch_size", 256, 1256, integer=True),
     "temperature": Param("method.temperature", 1.0, 10.0),
+    "lam": Param("method.options.lam", 0.1, 32.0, log=True),
 }
 METHOD_SPACE = {
     "raco_dp": ("noise_multiplier", "laplace_b", "lr", "lr_dual", "batch_size", "temperature"),
     "dp_sgd": ("noise_multiplier", "lr", "batch_size"),
     "sgda": ("lr", "lr_dual", "batch_size", "temperature"),
     "sgd": ("lr", "batch_size"),
+    "dp_fermi": ("noise_multiplier", "lr", "lr_dual", "batch_size", "lam"),
 }
 DEFAULT_SPACE = ("noise_multiplier", "lr", "batch_size")
 

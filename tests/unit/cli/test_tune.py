@@ -44,6 +44,14 @@ def test_search_space_follows_the_paper_ranges():
         "method.hist_noise_multiplier=2.0", "method.batch_size=300"]
 
 
+def test_dp_fermi_searches_its_fairness_weight():
+    """DP-FERMI cannot take gamma: lambda (and its W step) must be in its search, or a gamma
+    that needs a large lambda would have no feasible trial."""
+    names = tune_cmd.METHOD_SPACE["dp_fermi"]
+    assert {"lam", "lr_dual", "lr", "noise_multiplier", "batch_size"} == set(names)
+    assert tune_cmd.trial_overrides({"lam": 4.0}, "dp_fermi") == ["method.options.lam=4.0"]
+
+
 def _study(tmp_path, name="s"):
     return optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize")
 
