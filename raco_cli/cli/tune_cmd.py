@@ -5,9 +5,10 @@
               [tune.study=NAME] [tune.retrain=true] [tune.timeout=null] [tune.sampler_seed=0]
 
 Phase 1: an Optuna TPE search over the paper's ranges (below), each trial training
-``trial_seeds`` models (no MLflow; one batched problem, as a sweep group) and scoring the mean validation accuracy of their reported
-checkpoints; a trial is *feasible* when every seed's checkpoint satisfies the hard train
-constraint (the TPE sampler is told so through ``constraints_func``).  The study lives in a
+``trial_seeds`` models (no MLflow; together, as a sweep group: one batched problem for the
+methods that have one) and scoring the mean validation accuracy of their reported checkpoints;
+a trial is *feasible* when every seed's checkpoint satisfies the hard train constraint (the TPE
+sampler is told so through ``constraints_func``).  The study lives in a
 SQLite file, so an interrupted search resumes: trials left RUNNING or interrupted are failed
 and their parameters queued again.  Phase 2: the best feasible trial (highest validation
 accuracy) is retrained over ``tune.seeds`` new seeds (1000, 1001, ...) as a ``raco train``
