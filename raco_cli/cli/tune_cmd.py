@@ -168,6 +168,22 @@ def _with_seed(cfg: Any, seed: int) -> Any:
     return out
 
 
+def open_study(name: str, storage: str) -> Any:
+    """The Optuna study ``name`` in ``storage``, created on first use.  Two searches started at
+    once into one new SQLite file race to create its schema (Optuna's alembic version row), so
+    creation happens under a file lock beside the database."""
+    import optuna
+
+    if not storage.startswith("sqlite:///"):
+        return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
+    from raco_cli.tracking.mlflow_store import file_lock
+
+    db = Path(storage[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(db.with_name(db.name + ".lock")):
+        return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
+
+
 def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> tuple[Any, str]:
     """Phase 1.  Returns (study, study name)."""
     import optuna
@@ -182,8 +198,6 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     names = METHOD_SPACE.get(method, DEFAULT_SPACE)
     study_name = str(opts["study"] or _study_name(base))
     storage = str(opts["storage"])
-    if storage.startswith("sqlite:///"):
-        Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own lines report trials; no tracebacks on Ctrl-C
 
     # Optuna >= 5 reads feasibility from Trial.set_constraint; older releases need constraints_func.
@@ -197,7 +211,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         if native_constraints:
             trial.set_constraint("violation", violation)
 
-    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
+    study = open_study(study_name, storage)
     # A resumed search must not redraw the random start-up points of the first session, so the
     # sampler's seed moves on with the number of trials already in the study.
     seed = int(opts["sampler_seed"]) + len(study.get_trials(deepcopy=False))

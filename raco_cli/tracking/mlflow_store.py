@@ -91,7 +91,7 @@ def client(uri: str):
     prepare_store(uri)
     if not uri.startswith("sqlite:///"):
         return retrying(MlflowClient, tracking_uri=uri)
-    with _file_lock(Path(uri[len("sqlite:///") :] + ".lock")):
+    with file_lock(Path(uri[len("sqlite:///") :] + ".lock")):
         c = retrying(MlflowClient, tracking_uri=uri)
         retrying(c.search_experiments, max_results=1)
     return c
@@ -113,7 +113,8 @@ def experiment_id(c, name: str, uri: str) -> str:
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created) between processes of one host or a shared disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -126,7 +127,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[str, str]) -> str:
     """The parent run grouping one multirun's jobs (created once, by whichever job is first)."""
     marker = Path(sweep_dir) / PARENT_FILE
-    with _file_lock(Path(sweep_dir) / ".mlflow_parent.lock"):
+    with file_lock(Path(sweep_dir) / ".mlflow_parent.lock"):
         if marker.exists() and marker.read_text().strip():
             return marker.read_text().strip()
         run = retrying(c.create_run, exp_id, run_name=name, tags={**tags, "raco.sweep_dir": str(sweep_dir), "raco.role": "sweep"})

@@ -102,3 +102,20 @@ def test_best_yaml_is_an_experiment_config_with_provenance(tmp_path):
     assert "trial #0: validation accuracy 0.8350" in text and "(mean over 2 seeds)" in text
     assert "# Search overrides: dataset=adult eps=1" in text
     assert yaml.safe_load(text) == {"method": {"lr": 2.5, "batch_size": 512, "hist_noise_multiplier": 4.0}}
+
+
+def _open(args):
+    tune_cmd.open_study(*args)
+    return True
+
+
+def test_searches_started_at_once_share_a_new_storage(tmp_path):
+    """Two `raco tune` started together into one new SQLite file raced to create Optuna's schema
+    (UNIQUE constraint failed: alembic_version.version_num, a traceback); creation is locked.
+    Without the lock this test failed in 3 of 4 runs (a race: eight processes at once)."""
+    import multiprocessing as mp
+
+    storage = f"sqlite:///{tmp_path / 'sub' / 'optuna.db'}"
+    with mp.get_context("spawn").Pool(8) as pool:
+        assert pool.map(_open, [(f"s{i}", storage) for i in range(8)]) == [True] * 8
+    assert sorted(s.study_name for s in optuna.get_all_study_summaries(storage)) == [f"s{i}" for i in range(8)]
