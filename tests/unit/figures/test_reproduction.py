@@ -126,3 +126,17 @@ def test_make_reproduce_runs_every_reproduced_sweep() -> None:
     assert body is not None
     assert set(body.group(1).replace("\\", " ").split()) == set(reproduction.REPRODUCED)
     assert {FIGURES[n].sweep for n in reproduction.REPRODUCED} <= set(reproduction.REPRODUCED)
+
+
+def test_table_rows_do_not_follow_the_stores_run_order() -> None:
+    """A regenerated docs/reproduction.md must not reorder its rows because the store listed
+    the runs in another order (seen: two curves swapped between two `make reproduce`)."""
+    more = [{**r, "run_id": r["run_id"] + "e9", "params": {**r["params"], "eps": "9"}} for r in RECORDS]
+    sgda = [{**r, "run_id": r["run_id"] + "s", "params": {**r["params"], "method.name": "sgda"},
+             "tags": {**r["tags"], "method": "sgda", "private": "false"}} for r in RECORDS]
+    runs = RECORDS + more + sgda
+    blocks = {reproduction.figure_block("fig4_parkinsons", order, uri="u", experiment="e")
+              for order in (runs, runs[::-1], more + sgda + RECORDS)}
+    assert len(blocks) == 1
+    labels = [ln.split("|")[1].strip() for ln in blocks.pop().splitlines() if ln.startswith("| RaCO-DP") or ln.startswith("| SGDA")]
+    assert labels.index("RaCO-DP ε=1") < labels.index("RaCO-DP ε=9")
