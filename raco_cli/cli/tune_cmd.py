@@ -284,11 +284,14 @@ def write_best(trial: Any, *, study_name: str, storage: str, overrides: Sequence
     ]
     import yaml
 
-    nested: dict[str, dict[str, Any]] = {}
-    for o in ovr:
+    nested: dict[str, Any] = {}
+    for o in ovr:  # method.options.lam=4.0 -> {method: {options: {lam: 4.0}}} (a dotted YAML key is one key)
         key, _, value = o.partition("=")
-        group, _, leaf = key.partition(".")
-        nested.setdefault(group, {})[leaf] = yaml.safe_load(value)
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
 
     text = "\n".join(lines) + "\n" + yaml.safe_dump(nested, sort_keys=True)
     path = out / "best.yaml"

@@ -104,6 +104,19 @@ def test_best_yaml_is_an_experiment_config_with_provenance(tmp_path):
     assert yaml.safe_load(text) == {"method": {"lr": 2.5, "batch_size": 512, "hist_noise_multiplier": 4.0}}
 
 
+def test_best_yaml_nests_dotted_keys(tmp_path):
+    """DP-FERMI's lambda is method.options.lam: a YAML key "options.lam" would be one key that
+    no config reads, and the tuned lambda would be silently dropped."""
+    study = _study(tmp_path)
+    t = study.ask()
+    t.set_user_attr("violation", -0.01)
+    t.set_user_attr("overrides", ["method.lr=2.5", "method.options.lam=4.0"])
+    study.tell(t, 0.9)
+    path = tune_cmd.write_best(study.get_trials()[0], study_name="s", storage="sqlite:///o.db",
+                               overrides=["method=dp_fermi"], n_trials=1, out=tmp_path / "out")
+    assert yaml.safe_load(path.read_text()) == {"method": {"lr": 2.5, "options": {"lam": 4.0}}}
+
+
 def _open(args):
     tune_cmd.open_study(*args)
     return True
