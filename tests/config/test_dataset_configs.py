@@ -41,3 +41,13 @@ def test_experiments_compose(composer, experiment, dataset, batch):
     spec = build_run_spec(composer([f"experiment={experiment}"]))
     assert spec.dataset.name == dataset and spec.constraint.name == "dp" and spec.eps == 1.0
     assert spec.method.batch_size == batch
+
+
+@pytest.mark.parametrize("experiment,method", [("parkinsons_dp_tuned", "raco_dp"), ("parkinsons_dp_fermi_tuned", "dp_fermi")])
+def test_tuned_experiments_compose_with_their_study_values(composer, experiment, method):
+    """The tuned configs carry the study's values where the method reads them (DP-FERMI's
+    lambda is method.options.lam, nested)."""
+    spec = build_run_spec(composer([f"experiment={experiment}"]))
+    assert spec.method.name == method and spec.dataset.name == "parkinsons" and spec.constraint.gamma == 0.03
+    if method == "dp_fermi":
+        assert spec.method.options["lam"] == pytest.approx(0.6460075423716691) and spec.method.batch_size == 269
