@@ -43,11 +43,15 @@ def test_experiments_compose(composer, experiment, dataset, batch):
     assert spec.method.batch_size == batch
 
 
-@pytest.mark.parametrize("experiment,method", [("parkinsons_dp_tuned", "raco_dp"), ("parkinsons_dp_fermi_tuned", "dp_fermi")])
-def test_tuned_experiments_compose_with_their_study_values(composer, experiment, method):
+@pytest.mark.parametrize(
+    "experiment,method,dataset,gamma,batch",
+    [("parkinsons_dp_tuned", "raco_dp", "parkinsons", 0.03, 268), ("parkinsons_dp_fermi_tuned", "dp_fermi", "parkinsons", 0.03, 269),
+     ("credit_dp_tuned", "raco_dp", "credit", 0.02, 306), ("credit_dp_fermi_tuned", "dp_fermi", "credit", 0.02, 799)],
+)
+def test_tuned_experiments_compose_with_their_study_values(composer, experiment, method, dataset, gamma, batch):
     """The tuned configs carry the study's values where the method reads them (DP-FERMI's
     lambda is method.options.lam, nested)."""
     spec = build_run_spec(composer([f"experiment={experiment}"]))
-    assert spec.method.name == method and spec.dataset.name == "parkinsons" and spec.constraint.gamma == 0.03
+    assert (spec.method.name, spec.dataset.name, spec.constraint.gamma, spec.method.batch_size) == (method, dataset, gamma, batch)
     if method == "dp_fermi":
-        assert spec.method.options["lam"] == pytest.approx(0.6460075423716691) and spec.method.batch_size == 269
+        assert spec.method.options["lam"] == pytest.approx({"parkinsons": 0.6460075423716691, "credit": 0.13672194683651975}[dataset])
