@@ -6,9 +6,9 @@
 
 Figures go to ``outputs/figures/<name>.{png,pdf}`` (tables also ``.md``/``.csv``) and are
 logged as artifacts of the experiment's report run; ``--small`` writes palette PNGs only (no
-PDF), the form committed under docs/figures by ``make reproduce``.  A figure without runs fails with one
-line naming the sweep to run (exit 2); ``raco figures`` with no name draws every figure that
-has runs and lists the others.
+PDF), the form committed under docs/figures by ``make reproduce``.  A figure without runs
+fails with one line naming the sweep to run (exit 2); ``raco figures`` with no name draws
+every figure that has runs and lists the others.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The evaluation histories of many runs written in a few store transactions.
 
 A sweep group (:mod:`raco_cli.cli.group`) ends with every run's buffered metrics to write:
-for a 160-run Adult group at 100 steps, ~195 000 rows.  MLflow's ``log_batch`` builds an ORM
-object per row and keeps ``latest_metrics`` up to date key by key, ~0.4 ms a row on SQLite:
-72 s of the group's 166 s under cProfile, against 39 s of training.  Here the same rows go
-into the same tables — MLflow's own table objects, so the schema follows the installed
-MLflow — by one ``executemany`` per table and transaction, with MLflow's validation, NaN/inf
-sanitising and "latest = greatest (step, timestamp, value)" rule applied the same way
+for a 160-run Adult group at 100 steps, ~133 000 rows.  MLflow's ``log_batch`` builds an ORM
+object per row and keeps ``latest_metrics`` up to date key by key, ~0.4 ms a row on SQLite
+(profiled with 195 000 rows: 72 s of the group's 166 s, against 39 s of training).  Here the
+same rows go into the same tables — MLflow's own table objects, so the schema follows the
+installed MLflow — by one ``executemany`` per table and transaction, with MLflow's validation,
+NaN/inf sanitising and "latest = greatest (step, timestamp, value)" rule applied the same way
 (tests/unit/tracking/test_bulk_metrics.py compares both paths row for row).
 
 Only MLflow's SQL store takes this path; any other store, and any batch MLflow's own path
