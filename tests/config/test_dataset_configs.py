@@ -46,7 +46,8 @@ def test_experiments_compose(composer, experiment, dataset, batch):
 @pytest.mark.parametrize(
     "experiment,method,dataset,gamma,batch",
     [("parkinsons_dp_tuned", "raco_dp", "parkinsons", 0.03, 268), ("parkinsons_dp_fermi_tuned", "dp_fermi", "parkinsons", 0.03, 269),
-     ("credit_dp_tuned", "raco_dp", "credit", 0.02, 306), ("credit_dp_fermi_tuned", "dp_fermi", "credit", 0.02, 799)],
+     ("credit_dp_tuned", "raco_dp", "credit", 0.02, 282), ("credit_dp_fermi_tuned", "dp_fermi", "credit", 0.02, 799),
+     ("heart_fnr_tuned", "raco_dp", "heart", 0.6, 645)],
 )
 def test_tuned_experiments_compose_with_their_study_values(composer, experiment, method, dataset, gamma, batch):
     """The tuned configs carry the study's values where the method reads them (DP-FERMI's
