@@ -172,15 +172,14 @@ def open_study(name: str, storage: str) -> Any:
     """The Optuna study ``name`` in ``storage``, created on first use.  Two searches started at
     once into one new SQLite file race to create its schema (Optuna's alembic version row), so
     creation happens under a file lock beside the database."""
+    from contextlib import nullcontext
+
     import optuna
 
-    if not storage.startswith("sqlite:///"):
-        return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
     from raco_cli.tracking.mlflow_store import file_lock
 
-    db = Path(storage[len("sqlite:///") :])
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(db.with_name(db.name + ".lock")):
+    db = Path(storage[len("sqlite:///") :]) if storage.startswith("sqlite:///") else None
+    with nullcontext() if db is None else file_lock(db.with_name(db.name + ".lock")):  # file_lock creates the folder
         return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
 
 
