@@ -150,7 +150,8 @@ def composer():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+    from raco_cli.cli.paths import CONF_DIR
+    from raco_cli.cli.plugins import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()

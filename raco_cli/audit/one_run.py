@@ -266,7 +266,7 @@ def one_run_tests(scores: dict[str, np.ndarray], included: np.ndarray, *, q: flo
 
 
 def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
-    """Audit the prepared run (``raco_cli.cli.train.prepare_run``) with m canaries.
+    """Audit the prepared run (:func:`raco_cli.run.prepare.prepare_run`) with m canaries.
 
     Raises:
         UnsupportedError: ``target=histogram`` and the method releases no histogram (only

@@ -137,9 +137,10 @@ def main(argv: list[str]) -> int:
     from raco_cli.audit.one_run import AuditSpec, run_audit
 
     audit = AuditSpec(**audit_kw)  # type: ignore[arg-type]
-    from raco_cli.cli.paths import register_resolvers
-    from raco_cli.cli.train import check_writable, prepare_run
+    from raco_cli.cli.plugins import register_resolvers
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run.prepare import prepare_run
+    from raco_cli.run.train import check_writable
 
     register_resolvers()
     cfg = compose_config(rest)

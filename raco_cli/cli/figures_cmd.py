@@ -74,7 +74,7 @@ def draw_figure(name: str, *, uri: str, out: Path, smoke: bool = False, log: boo
     Raises:
         NoRunsError: the experiment has no finished runs (the message names the sweep).
     """
-    from raco_cli.cli.sweeper import SMOKE_SUFFIX
+    from raco_cli.cli.sweep_plan import SMOKE_SUFFIX
     from raco_cli.figures import plots
     from raco_cli.figures.specs import FIGURES
     from raco_cli.tracking.mlflow_store import log_report_artifacts, run_records
@@ -199,7 +199,7 @@ def planned_runs(sweep: str, *, smoke: bool) -> int:
     """How many runs a sweep file plans (its grids expanded; smoke axes with ``smoke``)."""
     import yaml
 
-    from raco_cli.cli.sweeper import plan_jobs
+    from raco_cli.cli.sweep_plan import plan_jobs
 
     sweeper = ((yaml.safe_load((SWEEPS_DIR / f"{sweep}.yaml").read_text()) or {}).get("hydra") or {}).get("sweeper") or {}
     return len(plan_jobs(sweeper.get("grids"), sweeper.get("params"), [], smoke=smoke,
@@ -212,7 +212,7 @@ def reproduction_main(
     """Update the reproduction document from the store; prints its path."""
     import os
 
-    from raco_cli.cli.sweeper import SMOKE_SUFFIX
+    from raco_cli.cli.sweep_plan import SMOKE_SUFFIX
     from raco_cli.figures import reproduction
     from raco_cli.figures.specs import FIGURES
     from raco_cli.tracking.mlflow_store import run_records

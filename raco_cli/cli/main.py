@@ -120,10 +120,11 @@ def _train(argv: list[str]) -> int:
         from raco_cli.cli.validate import prevalidate
 
         prevalidate(argv)
-        from raco_cli.cli.train import check_writable, output_root
+        from raco_cli.cli.train_cmd import output_root
+        from raco_cli.run.train import check_writable
 
         check_writable(output_root(argv))  # before Hydra creates anything: one line, exit 2
-    from raco_cli.cli.train import hydra_entry
+    from raco_cli.cli.train_cmd import hydra_entry
 
     sys.argv = ["raco train", *argv]
     hydra_entry()

@@ -21,22 +21,6 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def register_resolvers() -> None:
-    """What composing conf/ needs: the OmegaConf resolvers (``${raco_root:}`` is the project
-    directory, ``${raco_cpus:}`` the usable cores), the ``raco`` sweeper's config and the SLURM launcher."""
-    from omegaconf import OmegaConf
-
-    from raco_cli.cli import slurm
-    from raco_cli.cli.sweeper import register
-
-    if not OmegaConf.has_resolver("raco_root"):
-        OmegaConf.register_new_resolver("raco_root", lambda: str(PROJECT_ROOT))
-    if not OmegaConf.has_resolver("raco_cpus"):
-        OmegaConf.register_new_resolver("raco_cpus", cpu_count)
-    register()
-    slurm.register()
-
-
 def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     """Option names of a config group (the YAML files in ``conf/<group>/`` and in
     ``<dir>/<group>/`` of every extra config directory, ``raco train --config-dir <dir>``)."""

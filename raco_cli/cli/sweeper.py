@@ -7,7 +7,7 @@ union.  Command-line sweeps (``seed=0,1``) replace the grid axis of the same key
 the basic sweeper lets the command line win over ``hydra.sweeper.params``.
 
 Before launching, every job's config is composed (as the basic sweeper does to validate it)
-and hashed with :func:`raco_cli.cli.build.config_hash` - the hash ``raco train`` tags its
+and hashed with :func:`raco_cli.run.spec.config_hash` - the hash ``raco train`` tags its
 MLflow run with.  Jobs whose hash already has a FINISHED run in their MLflow experiment are
 skipped, so an interrupted sweep resumes where it stopped (``hydra.sweeper.resume=false``
 re-runs everything).  Duplicate jobs inside one sweep run once.
@@ -23,7 +23,7 @@ Options (``hydra.sweeper.<key>``):
 * ``resume``: skip jobs already FINISHED in MLflow (default true).
 * ``group``: train compatible jobs together (default true; a list names the grids whose
   jobs are grouped; docs/batched.md).  Jobs whose
-  configs differ only in what :data:`PER_RUN_KEYS` lists (seed, eps, gamma, noise
+  configs differ only in what :data:`~raco_cli.cli.sweep_plan.PER_RUN_KEYS` lists (seed, eps, gamma, noise
   multipliers, learning rates, tau, clip norm, DP-FERMI's options, ...) and that use a
   batched method on logistic regression become one launcher job of at most
   ``group_max_runs`` runs (default 160), so joblib and SLURM parallelism apply to groups;
@@ -35,7 +35,6 @@ Options (``hydra.sweeper.<key>``):
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import sys
 import time
@@ -50,9 +49,17 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raco_cli.cli.sweep_plan import (
+    GROUP_OVERRIDE,
+    SMOKE_SUFFIX,
+    group_key,
+    group_members,
+    plan_jobs,
+    split_evenly,
+)
+
 log = logging.getLogger(__name__)
 
-SMOKE_SUFFIX = "_smoke"
 # Outcome of the last sweep in this process, read by ``raco train`` for its exit code.
 LAST_SWEEP: dict[str, int] = {}
 
@@ -73,67 +80,6 @@ class RacoSweeperConf:
     group_memory_gb: float = 2.0
 
 
-#: config keys that may differ between the runs of a group (their values are per run in the
-#: batched engine; everything else must match for jobs to be grouped)
-PER_RUN_KEYS = (
-    "seed", "eps", "delta", "constraint.gamma", "constraint.families.*.gamma", "method.lr", "method.lr_dual",
-    "method.momentum", "method.noise_multiplier", "method.hist_noise_multiplier", "method.clip_norm", "method.temperature",
-    "method.lambda_max", "method.denominator_floor", "method.calibrate_noise", "method.max_steps", "method.options",
-    "method.micro_batch", "method.precision", "privacy.selection_share", "dataset.dp_noise_multiplier", "tracking",
-)  # fmt: skip
-BATCHED_MODELS = ("logreg",)
-
-
-def group_key(cfg: Mapping[str, Any]) -> str | None:
-    """What a job must share with others to join their group (None: it runs alone).
-
-    Everything but :data:`PER_RUN_KEYS` (and whether the clip norm is set).  A group job
-    still checks the prepared runs (e.g. ``method.steps=null`` gives each eps its own T) and
-    trains apart whatever turns out not to fit together.
-    """
-    import importlib
-
-    from raco_cli import methods
-
-    method = (cfg.get("method") or {}).get("name")
-    if (cfg.get("model") or {}).get("name") not in BATCHED_MODELS or method not in methods.METHODS:
-        return None
-    if not hasattr(importlib.import_module(methods.METHODS[method]), "fit_many"):
-        return None
-    import json
-
-    plain = json.loads(json.dumps(cfg, default=str))
-    plain["method"]["clip_norm"] = plain["method"].get("clip_norm") is None
-    for key in PER_RUN_KEYS:
-        if key == "method.clip_norm":
-            continue
-        parts = key.split(".")
-        nodes = [plain]
-        for part in parts[:-1]:
-            nodes = [v for n in nodes for k, v in n.items() if isinstance(v, dict) and (part == "*" or k == part)]
-        for n in nodes:
-            n.pop(parts[-1], None)
-    return json.dumps(plain, sort_keys=True)
-
-
-def split_evenly(items: list[Any], cap: int) -> list[list[Any]]:
-    """``items`` in order, cut into the fewest chunks of at most ``cap``, of near-equal size.
-
-    >>> [len(c) for c in split_evenly(list(range(10)), 4)]
-    [4, 3, 3]
-    """
-    if not items:
-        return []
-    count = -(-len(items) // max(cap, 1))
-    size, extra = divmod(len(items), count)
-    out, start = [], 0
-    for i in range(count):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
-
-
 def failed_runs(result: Any, overrides: Sequence[str]) -> int:
     """How many runs of a launcher job failed.  A job of one run that failed returns None (raco
     train recorded it FAILED and went on); a group job returns ``{"runs", "failed"}``; a job
@@ -141,8 +87,6 @@ def failed_runs(result: Any, overrides: Sequence[str]) -> int:
     had, unless its launcher counted them (``failed_runs`` of the error: cli/slurm.py marks a
     lost group's runs and counts those that had not finished)."""
     from hydra.core.utils import JobStatus
-
-    from raco_cli.cli.group import group_members
 
     if result.status != JobStatus.COMPLETED:  # (result.return_value would re-raise the job's error)
         counted = getattr(result._return_value, "failed_runs", None)
@@ -154,101 +98,6 @@ def failed_runs(result: Any, overrides: Sequence[str]) -> int:
     if isinstance(value, dict) and "failed" in value:
         return int(value["failed"])
     return 1 if value is None else 0
-
-
-def _key(key: str) -> str:
-    """Override key without its ``+``/``++``/``~`` prefix (for matching axes)."""
-    return key.lstrip("+~")
-
-
-def _value(value: Any) -> str:
-    """A YAML value as override text (lists become Hydra sweeps)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return ",".join(_value(v) for v in value)
-    return str(value)
-
-
-def grid_overrides(
-    grid: Mapping[str, Any],
-    arguments: Sequence[str],
-    *,
-    smoke_params: Mapping[str, Any] | None = None,
-    smoke_overrides: Mapping[str, Any] | None = None,
-) -> list[str]:
-    """Override strings of one grid: grid axes, then smoke replacements, then the command line.
-
-    Later entries win per key (without ``+`` prefixes), so the command line always wins.
-
-    >>> grid_overrides({"eps": "1,2", "seed": "range(0,20)"}, ["seed=0"], smoke_params={"seed": "range(0,2)"})
-    ['eps=1,2', 'seed=0']
-    """
-    merged: OrderedDict[str, str] = OrderedDict()
-    for key, value in grid.items():
-        merged[_key(key)] = f"{key}={_value(value)}"
-    for key, value in (smoke_params or {}).items():
-        if _key(key) in merged:
-            merged[_key(key)] = f"{merged[_key(key)].split('=', 1)[0]}={_value(value)}"
-    for key, value in (smoke_overrides or {}).items():
-        merged[_key(key)] = f"{key}={_value(value)}"
-    for arg in arguments:
-        key = arg.split("=", 1)[0]
-        merged.pop(_key(key), None)
-        merged[_key(key)] = arg
-    return list(merged.values())
-
-
-def expand(overrides: Sequence[str]) -> list[list[str]]:
-    """The cartesian product of a list of (sweep) overrides, as job override lists."""
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    axes = []
-    for o in parsed:
-        key = o.get_key_element()
-        if o.is_sweep_override():
-            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
-        else:
-            axes.append([f"{key}={o.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*axes)]
-
-
-def plan_jobs(
-    grids: Mapping[str, Mapping[str, Any]] | None,
-    params: Mapping[str, Any] | None,
-    arguments: Sequence[str],
-    *,
-    only: Sequence[str] | None = None,
-    smoke: bool = False,
-    smoke_params: Mapping[str, Any] | None = None,
-    smoke_overrides: Mapping[str, Any] | None = None,
-) -> list[tuple[str, list[str]]]:
-    """All jobs of a sweep as ``(grid name, overrides)``, grids in file order.
-
-    Raises:
-        ConfigError: ``only`` names a grid the sweep does not define.
-    """
-    from raco_cli.errors import ConfigError
-
-    sp = smoke_params if smoke else None
-    so = smoke_overrides if smoke else None
-    if not grids:
-        base = [f"{k}={_value(v)}" for k, v in (params or {}).items()]
-        return [("", job) for job in expand(grid_overrides({}, [*base, *arguments], smoke_params=sp, smoke_overrides=so))]
-    selected = list(grids)
-    if only:
-        unknown = [g for g in only if g not in grids]
-        if unknown:
-            raise ConfigError(
-                f"hydra.sweeper.only names unknown grid(s) {', '.join(unknown)}. Available: {', '.join(grids)}."
-            )
-        selected = [g for g in grids if g in only]
-    jobs: list[tuple[str, list[str]]] = []
-    for name in selected:
-        ovr = grid_overrides(grids[name], arguments, smoke_params=sp, smoke_overrides=so)
-        jobs.extend((name, job) for job in expand(ovr))
-    return jobs
 
 
 class RacoSweeper(Sweeper):
@@ -335,7 +184,7 @@ class RacoSweeper(Sweeper):
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
     def sweep(self, arguments: list[str]) -> Any:
-        from raco_cli.cli.build import config_hash
+        from raco_cli.run.spec import config_hash
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         extra: list[str] = []
@@ -420,7 +269,7 @@ class RacoSweeper(Sweeper):
         """The launcher jobs: with ``group`` on, compatible jobs as group jobs (their configs in
         a group file, composed once), the others as jobs of their own; every run keeps the
         directory ``<sweep dir>/<job number>`` it has without grouping."""
-        from raco_cli.cli.group import GROUP_OVERRIDE, write_group
+        from raco_cli.run.group import write_group
 
         assert self.config is not None
         subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]

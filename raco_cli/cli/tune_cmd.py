@@ -16,28 +16,7 @@ multirun into the MLflow experiment ``tune-<study>`` (finished seeds are skipped
 and ``outputs/tune/<study>/best.yaml`` is written as an experiment config recording where it
 came from.  Tuning and selection on validation data are not privacy-accounted (as in the paper).
 
-Search space (RaCO-DP; other methods use the subset they have):
-
-==========================  ====================  =========================================
-key                         range                 paper (App. E.2)
-==========================  ====================  =========================================
-method.noise_multiplier     [3, 6]                sigma in [3, 6]
-method.hist_noise_multiplier 1/b, b in [0.1, 0.5]  Laplace b in [0.1, 0.5]  (ours = 1/b)
-method.lr                   [0.01, 10] log        eta_theta in [1e-4, 0.1]
-method.lr_dual              [0.01, 10] log        eta_lambda in [1e-4, 0.1]
-method.batch_size           [256, 1256]           B in [256, 1256]
-method.temperature          [1, 10]               tau in [1, 10]
-method.options.lam          [0.1, 32] log         DP-FERMI only: the ERMI weight lambda
-==========================  ====================  =========================================
-
-DP-FERMI cannot take gamma: its fairness knob is lambda, so its search includes lambda (and
-lr_dual, its W step) and gamma only decides feasibility, as for the other methods.
-
-Learning rates: our update divides the noisy clipped gradient sum by q|D| (a mean over the
-expected batch) and the dual gradient is a rate difference of order 0.1, so steps in the
-paper's [1e-4, 0.1] barely move the model within the few hundred steps eps allows (Adult, DP,
-eps=1, gamma=0.05: test accuracy 0.812 at lr = lr_dual = 0.1 vs 0.832 at lr=3, lr_dual=0.5,
-one seed; the shipped defaults are lr=4, lr_dual=1).  We therefore search [0.01, 10] on a log scale.
+Search space, and why its learning rates leave the paper's range: :mod:`raco_cli.cli.tune_space`.
 """
 
 from __future__ import annotations
@@ -47,10 +26,10 @@ import math
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raco_cli.cli.tune_space import DEFAULT_SPACE, METHOD_SPACE, SPACE, trial_overrides
 from raco_cli.errors import ConfigError, RacoError
 
 RETRAIN_SEED0 = 1000  # retrained models use new seeds (paper: "train 20 new models")
@@ -58,35 +37,6 @@ TUNE_KEYS = {
     "trials": 200, "trial_seeds": 5, "seeds": 20, "storage": "sqlite:///outputs/optuna.db",
     "study": None, "retrain": True, "timeout": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Param:
-    key: str  # config key (override)
-    low: float
-    high: float
-    log: bool = False
-    integer: bool = False
-    inverse: bool = False  # sample 1/value (the paper's Laplace b) and set 1/b
-
-
-SPACE = {
-    "noise_multiplier": Param("method.noise_multiplier", 3.0, 6.0),
-    "laplace_b": Param("method.hist_noise_multiplier", 0.1, 0.5, inverse=True),
-    "lr": Param("method.lr", 0.01, 10.0, log=True),
-    "lr_dual": Param("method.lr_dual", 0.01, 10.0, log=True),
-    "batch_size": Param("method.batch_size", 256, 1256, integer=True),
-    "temperature": Param("method.temperature", 1.0, 10.0),
-    "lam": Param("method.options.lam", 0.1, 32.0, log=True),
-}
-METHOD_SPACE = {
-    "raco_dp": ("noise_multiplier", "laplace_b", "lr", "lr_dual", "batch_size", "temperature"),
-    "dp_sgd": ("noise_multiplier", "lr", "batch_size"),
-    "sgda": ("lr", "lr_dual", "batch_size", "temperature"),
-    "sgd": ("lr", "batch_size"),
-    "dp_fermi": ("noise_multiplier", "lr", "lr_dual", "batch_size", "lam"),
-}
-DEFAULT_SPACE = ("noise_multiplier", "lr", "batch_size")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -113,20 +63,6 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "seeds" else 1):
             raise ConfigError(f"tune.{key} must be a positive integer (got tune.{key}={v!r}).")
     return opts, overrides
-
-
-def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
-    """Optuna's sampled values -> config overrides.
-
-    >>> trial_overrides({"laplace_b": 0.25, "lr": 0.5}, "raco_dp")
-    ['method.hist_noise_multiplier=4.0', 'method.lr=0.5']
-    """
-    out = []
-    for name, value in values.items():
-        p = SPACE[name]
-        v = 1.0 / value if p.inverse else value
-        out.append(f"{p.key}={int(v) if p.integer else float(v)!r}")
-    return out
 
 
 def _study_name(cfg: Any) -> str:
@@ -187,9 +123,9 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     """Phase 1.  Returns (study, study name)."""
     import optuna
 
-    from raco_cli.cli.build import build_run_spec
-    from raco_cli.cli.group import DEFAULT_MEMORY_GB, train_group
     from raco_cli.cli.validate import compose_config, compose_job
+    from raco_cli.run.group import DEFAULT_MEMORY_GB, train_group
+    from raco_cli.run.spec import build_run_spec
 
     base = compose_config([*overrides, "tracking=none"])  # bad overrides: one line, before any trial
     spec = build_run_spec(base)  # validates the overrides once (one-line errors)
@@ -239,7 +175,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         cfg = compose_job([*overrides, *ovr, "tracking=none", "tracking.curves=false"])
         members = [{"num": s, "run_dir": str(out_dir / f"trial_{trial.number}" / f"seed_{s}"), "config": _with_seed(cfg, s)}
                    for s in range(int(opts["trial_seeds"]))]
-        summaries = train_group(members, sweep_dir=None, memory_gb=DEFAULT_MEMORY_GB, echo=False)
+        summaries = train_group(members, sweep_dir=None, memory_gb=DEFAULT_MEMORY_GB)
         if any(s is None for s in summaries):  # e.g. a batch size whose budget allows no step: infeasible
             trial.set_user_attr("error", "a seed failed (its error is printed above)")
             set_violation(trial, 1.0)

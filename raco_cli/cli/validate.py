@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from raco_cli.cli.build import build_run_spec
-from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options, register_resolvers
+from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options
+from raco_cli.cli.plugins import register_resolvers
 from raco_cli.errors import ConfigError, unknown_name
+from raco_cli.run.spec import build_run_spec
 
 HYDRA_PREFIXES = ("hydra.", "hydra/", "+hydra", "~hydra", "++hydra")
 
@@ -152,7 +153,7 @@ def _grid_jobs(cfg, overrides: list[str]) -> list[tuple[str, list[list[str]]]]:
     """Per grid of a sweep file (``hydra.sweeper.grids``): the override variants to validate."""
     from omegaconf import OmegaConf
 
-    from raco_cli.cli.sweeper import grid_overrides
+    from raco_cli.cli.sweep_plan import grid_overrides
 
     sw = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.sweeper") or OmegaConf.create({}), resolve=False)
     assert isinstance(sw, dict)

@@ -1,6 +1,6 @@
 """The evaluation histories of many runs written in a few store transactions.
 
-A sweep group (:mod:`raco_cli.cli.group`) ends with every run's buffered metrics to write:
+A sweep group (:mod:`raco_cli.run.group`) ends with every run's buffered metrics to write:
 for a 160-run Adult group at 100 steps, ~133 000 rows.  MLflow's ``log_batch`` builds an ORM
 object per row and keeps ``latest_metrics`` up to date key by key, ~0.4 ms a row on SQLite
 (profiled with 195 000 rows: 72 s of the group's 166 s, against 39 s of training).  Here the

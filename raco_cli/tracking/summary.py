@@ -192,3 +192,13 @@ def validate(summary: dict[str, Any]) -> list[str]:
         required = REQUIRED_REGRESSION_METRICS if summary.get("task") == "regression" else REQUIRED_METRICS
         problems += [f"missing metrics.{split}.{k}" for k in required if k not in m]
     return problems
+
+
+def write_config(resolved: dict[str, Any], path: Path) -> Path:
+    """Write the run's resolved config as ``config.yaml`` (plain YAML, keys in config order;
+    the same text OmegaConf writes for these plain containers)."""
+    import yaml
+
+    path = Path(path)
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=False, allow_unicode=True), encoding="utf-8")
+    return path

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raco_cli import models
-from raco_cli.cli.train import prepare_run
 from raco_cli.cli.validate import compose_config
 from raco_cli.errors import ConfigError, RacoError
+from raco_cli.run.prepare import prepare_run
 
 BASE = ["dataset=synthetic", "dataset.options.n=400", "method.max_steps=5", "method.batch_size=100"]
 

@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from raco_cli import data
-from raco_cli.cli.build import build_run_spec
-from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR, register_resolvers
+from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
+from raco_cli.cli.plugins import register_resolvers
+from raco_cli.run.spec import build_run_spec
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_dp_sgd_reference_overrides_the_experiment_method(composer):
 
 
 def test_fig2a_sweep_grids():
-    from raco_cli.cli.sweeper import plan_jobs
+    from raco_cli.cli.sweep_plan import plan_jobs
 
     sweeper = yaml.safe_load((SWEEPS_DIR / "fig2a_celeba.yaml").read_text())["hydra"]["sweeper"]
     grids = sweeper["grids"]

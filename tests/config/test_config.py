@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from raco_cli.cli.build import build_run_spec
 from raco_cli.cli.paths import group_options
 from raco_cli.cli.validate import prevalidate
 from raco_cli.errors import ConfigError
+from raco_cli.run.spec import build_run_spec
 
 
 def test_defaults(composer):

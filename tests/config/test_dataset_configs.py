@@ -7,8 +7,8 @@ import inspect
 import pytest
 
 from raco_cli import data
-from raco_cli.cli.build import build_run_spec
 from raco_cli.cli.paths import group_options
+from raco_cli.run.spec import build_run_spec
 
 
 def test_every_dataset_has_a_config_and_a_registry_entry():

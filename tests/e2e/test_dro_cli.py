@@ -59,10 +59,11 @@ def test_objective_and_method_mismatch_is_one_line(tmp_path):
 
 
 def _train(monkeypatch, tmp_path, name, data, method):
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import prepare
+    from raco_cli.run import train as train_mod
 
-    monkeypatch.setattr(train_mod, "load_data", lambda spec: data)
+    monkeypatch.setattr(prepare, "load_data", lambda spec: data)
     cfg = compose_config([
         "dataset=synthetic", "objective=dro", f"method={method}", "eps=2", "method.batch_size=150", "method.steps=10",
         "method.eval_every=5", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",

@@ -52,10 +52,11 @@ def _data(df, y, group, preprocessing):
 
 
 def _train(monkeypatch, tmp_path, name, data, scope):
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import prepare
+    from raco_cli.run import train as train_mod
 
-    monkeypatch.setattr(train_mod, "load_data", lambda spec: data)
+    monkeypatch.setattr(prepare, "load_data", lambda spec: data)
     cfg = compose_config([
         "dataset=synthetic", "constraint=dp", "eps=2", "method.batch_size=150", "method.max_steps=40",
         "method.eval_every=5", f"privacy.scope={scope}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",

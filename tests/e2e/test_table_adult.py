@@ -19,7 +19,8 @@ def _compose(overrides):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+    from raco_cli.cli.paths import CONF_DIR
+    from raco_cli.cli.plugins import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()
@@ -34,9 +35,9 @@ def _compose(overrides):
 @pytest.mark.data("adult")
 def test_adult_through_table_matches_dataset_adult_and_predict_reproduces_it(tmp_path, capsys):
     from raco_cli import data
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.main import main
     from raco_cli.data.table import read_table
+    from raco_cli.run import train as train_mod
 
     if not (Path(os.environ["RACO_DATA_MIRROR"]) / "adult" / "adult_data.csv.gz").is_file():
         pytest.skip("the mirror has no adult_data.csv.gz")

@@ -35,8 +35,8 @@ def people_csv(tmp_path_factory) -> Path:
 
 
 def train(csv: Path, run_dir: Path, *overrides: str, tracking: str | None = None) -> dict:
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import train as train_mod
 
     track = [f"tracking.uri=sqlite:///{tracking}"] if tracking else ["tracking.enabled=false"]
     cfg = compose_config([*TABLE, f"dataset.options.path={csv}", *track, *overrides])

@@ -40,11 +40,12 @@ def _files(tmp_path):
 
 
 def _run(tmp_path, csv, frame: pd.DataFrame, name: str, scope: str, caplog):
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import prepare
+    from raco_cli.run import train as train_mod
 
     frame.to_csv(csv, index=False)  # the same path: the configuration (and its hash) is the same
-    train_mod._DATA_CACHE.clear()
+    prepare._DATA_CACHE.clear()
     train_mod._SECURE_RNG_WARNED = False  # warned once per process: in both logs
     cfg = compose_config([
         "dataset=table", f"dataset.options.path={csv}", "dataset.options.label=approved", "dataset.options.sensitive=[sex]",

@@ -147,9 +147,9 @@ def test_disk_full_while_writing_outputs_marks_the_run_failed(tmp_path, monkeypa
     """The disk fills up during the run: one line (OutputError) and the MLflow run FAILED."""
     import errno
 
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
     from raco_cli.errors import OutputError
+    from raco_cli.run import train as train_mod
     from raco_cli.tracking import summary
 
     def full(*a, **k):

@@ -12,11 +12,11 @@ from torch import nn
 from raco_cli.audit import gradient
 from raco_cli.audit.faults import gradient_mechanism
 from raco_cli.audit.one_run import AuditSpec, run_audit
-from raco_cli.cli.train import prepare_run
 from raco_cli.cli.validate import compose_config, prevalidate
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
 from raco_cli.methods.gradients import LinearEngine
+from raco_cli.run.prepare import prepare_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,10 +1,10 @@
 """The progress bar is a record too: in scope=model it shows no exact per-step statistic."""
 
-from raco_cli.cli.train import _Progress
+from raco_cli.run.progress import Progress
 
 
 def _shown(show_values: bool) -> list:
-    bar = _Progress(40, "t", show_values=show_values)
+    bar = Progress(40, "t", show_values=show_values)
     seen: list = []
     bar.bar.set_postfix = lambda values, refresh=True: seen.append(dict(values))  # type: ignore[method-assign]
     for step in range(1, 41):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raco_cli.cli import slurm
+from raco_cli.cli import slurm, slurm_cluster
 from raco_cli.errors import ConfigError
 
 
@@ -53,7 +53,7 @@ OFFER = "debug* (2 CPUs, 4096 MB per node)"
     (CPUS, PARAMS, "hydra.launcher.cpus_per_task=64"),
 ])
 def test_refusal_is_one_line_naming_the_key_its_value_and_the_offer(stderr, params, named):
-    msg = str(slurm.refusal(stderr, params, OFFER))
+    msg = str(slurm_cluster.refusal(stderr, params, OFFER))
     assert "\n" not in msg and named in msg and f"Partitions: {OFFER}." in msg
     assert msg.startswith("SLURM refused the sweep's jobs (sbatch: ")
     key = named.split("=")[0]
@@ -61,14 +61,14 @@ def test_refusal_is_one_line_naming_the_key_its_value_and_the_offer(stderr, para
 
 
 def test_refusal_names_only_the_keys_of_its_reason():
-    msg = str(slurm.refusal(MEMORY, PARAMS, OFFER))
+    msg = str(slurm_cluster.refusal(MEMORY, PARAMS, OFFER))
     assert "cpus_per_task" not in msg and "partition=" not in msg
-    msg = str(slurm.refusal(PARTITION, PARAMS, OFFER))  # partition null: the cluster's default was refused
+    msg = str(slurm_cluster.refusal(PARTITION, PARAMS, OFFER))  # partition null: the cluster's default was refused
     assert "hydra.launcher.partition=null" in msg and "mem_gb" not in msg
 
 
 def test_unknown_refusal_keeps_sbatch_reason_and_points_at_the_launcher_config():
-    msg = str(slurm.refusal("sbatch: error: Batch job submission failed: Something new", PARAMS, ""))
+    msg = str(slurm_cluster.refusal("sbatch: error: Batch job submission failed: Something new", PARAMS, ""))
     assert "(sbatch: Batch job submission failed: Something new). " in msg
     assert "sinfo -o" in msg and "hydra.launcher.* settings of conf/hydra/launcher/slurm.yaml" in msg
 
@@ -135,7 +135,7 @@ def _fake_commands(tmp_path: Path, monkeypatch, sacct: str, squeue: str) -> Path
 
 
 def _watcher(*job_ids: str):
-    watcher = slurm._fallback_watcher_class()()
+    watcher = slurm_cluster.fallback_watcher_class()()
     for job_id in job_ids:
         watcher.register_job(job_id)
     return watcher
@@ -159,7 +159,7 @@ def test_without_accounting_states_come_from_squeue_with_one_warning(tmp_path, m
     out.write_text("7_0|CANCELLED|None\n7_2|RUNNING|None\n")
     watcher.update()
     assert watcher.get_state("7_0", mode="cache") == "CANCELLED" and watcher.is_done("7_0", mode="cache")
-    assert watcher.get_state("7_1", mode="cache") == slurm.GONE and watcher.is_done("7_1", mode="cache")
+    assert watcher.get_state("7_1", mode="cache") == slurm_cluster.GONE and watcher.is_done("7_1", mode="cache")
     assert not watcher.is_done("7_2", mode="cache")
 
     # squeue failing (controller busy) changes nothing; every job purged ("Invalid job id") = all ended
@@ -170,7 +170,7 @@ def test_without_accounting_states_come_from_squeue_with_one_warning(tmp_path, m
     assert not watcher.is_done("7_2", mode="cache")
     (tmp_path / "squeue.err").write_text("slurm_load_jobs error: Invalid job id specified\n")
     watcher.update()
-    assert watcher.get_state("7_2", mode="cache") == slurm.GONE and watcher.is_done("7_2", mode="cache")
+    assert watcher.get_state("7_2", mode="cache") == slurm_cluster.GONE and watcher.is_done("7_2", mode="cache")
     assert len(caplog.records) == 1
 
 
@@ -234,7 +234,8 @@ def test_a_task_that_raised_outside_raco_is_a_failed_job_naming_the_exception(mo
 
 def _group_job(tmp_path: Path, nums: list[int]) -> list[str]:
     """A group launcher job's overrides, its group file written as the sweeper writes it."""
-    from raco_cli.cli.group import GROUP_OVERRIDE, write_group
+    from raco_cli.cli.sweep_plan import GROUP_OVERRIDE
+    from raco_cli.run.group import write_group
 
     members = [{"num": n, "run_dir": str(tmp_path / str(n)), "config": {"seed": n}} for n in nums]
     path = write_group(tmp_path / ".groups" / "0.json", members, memory_gb=2)
@@ -337,7 +338,8 @@ def test_slurm_launcher_config_names_the_raco_launcher():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+    from raco_cli.cli.paths import CONF_DIR
+    from raco_cli.cli.plugins import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from raco_cli.cli.paths import SWEEPS_DIR
-from raco_cli.cli.sweeper import expand, grid_overrides, plan_jobs
+from raco_cli.cli.sweep_plan import expand, grid_overrides, plan_jobs
 from raco_cli.errors import ConfigError
 
 GRIDS = {
@@ -106,7 +106,8 @@ def _loader_and_master(overrides):
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
+    from raco_cli.cli.paths import CONF_DIR
+    from raco_cli.cli.plugins import register_resolvers
     from raco_cli.cli.sweeper import register
 
     register_resolvers()
@@ -154,7 +155,7 @@ def _cfg(**changes):
 
 
 def test_jobs_that_differ_in_what_a_sweep_varies_share_a_group():
-    from raco_cli.cli.sweeper import group_key
+    from raco_cli.cli.sweep_plan import group_key
 
     base = group_key(_cfg())
     assert base is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from raco_cli.cli import tune_cmd
+from raco_cli.cli import tune_cmd, tune_space
 from raco_cli.errors import ConfigError
 
 optuna = pytest.importorskip("optuna")
@@ -34,22 +34,22 @@ def test_bad_options_are_one_line(args, message):
 
 def test_search_space_follows_the_paper_ranges():
     """App. E.2: sigma in [3, 6], Laplace b in [0.1, 0.5], B in [256, 1256], tau in [1, 10]."""
-    s = tune_cmd.SPACE
+    s = tune_space.SPACE
     assert (s["noise_multiplier"].low, s["noise_multiplier"].high) == (3.0, 6.0)
     assert (s["laplace_b"].low, s["laplace_b"].high, s["laplace_b"].inverse) == (0.1, 0.5, True)
     assert (s["batch_size"].low, s["batch_size"].high, s["batch_size"].integer) == (256, 1256, True)
     assert (s["temperature"].low, s["temperature"].high) == (1.0, 10.0)
     # our hist_noise_multiplier is the Laplace scale per unit sensitivity: 1/b
-    assert tune_cmd.trial_overrides({"laplace_b": 0.5, "batch_size": 300}, "raco_dp") == [
+    assert tune_space.trial_overrides({"laplace_b": 0.5, "batch_size": 300}, "raco_dp") == [
         "method.hist_noise_multiplier=2.0", "method.batch_size=300"]
 
 
 def test_dp_fermi_searches_its_fairness_weight():
     """DP-FERMI cannot take gamma: lambda (and its W step) must be in its search, or a gamma
     that needs a large lambda would have no feasible trial."""
-    names = tune_cmd.METHOD_SPACE["dp_fermi"]
+    names = tune_space.METHOD_SPACE["dp_fermi"]
     assert {"lam", "lr_dual", "lr", "noise_multiplier", "batch_size"} == set(names)
-    assert tune_cmd.trial_overrides({"lam": 4.0}, "dp_fermi") == ["method.options.lam=4.0"]
+    assert tune_space.trial_overrides({"lam": 4.0}, "dp_fermi") == ["method.options.lam=4.0"]
 
 
 def _study(tmp_path, name="s"):

@@ -44,9 +44,10 @@ def test_the_described_config_trains_under_scope_model(capsys, tmp_path, people)
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from raco_cli.cli.build import build_run_spec
-    from raco_cli.cli.paths import CONF_DIR, register_resolvers
-    from raco_cli.cli.train import _load_data
+    from raco_cli.cli.paths import CONF_DIR
+    from raco_cli.cli.plugins import register_resolvers
+    from raco_cli.run.prepare import load_data_uncached
+    from raco_cli.run.spec import build_run_spec
 
     _, path = people
     main(["data", "describe", str(path), "--label", "approved", "--sensitive", "sex"])
@@ -63,7 +64,7 @@ def test_the_described_config_trains_under_scope_model(capsys, tmp_path, people)
         GlobalHydra.instance().clear()
     spec = build_run_spec(cfg)
     assert spec.dataset.name == "table" and spec.dataset.preprocessing == "dp" and spec.dataset.bounds["income"] == [0, 200000]
-    data = _load_data(spec)
+    data = load_data_uncached(spec)
     assert data.feature_names[:3] == ("age", "income", "income=missing") and data.group_names == ("F", "M")
     assert np.isfinite(data.X).all()
 

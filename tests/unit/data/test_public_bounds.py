@@ -93,8 +93,8 @@ def test_every_dataset_declares_valid_public_bounds_for_its_numeric_columns(name
 
 
 def test_preprocessing_follows_the_scope_unless_set():
-    from raco_cli.cli.build import build_run_spec
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run.spec import build_run_spec
 
     def prep(*o):
         return build_run_spec(compose_config(["dataset=adult", *o])).dataset.preprocessing

@@ -75,21 +75,22 @@ def test_nonfinite_gradients_are_dropped_counted_and_never_reach_the_model(synth
 def test_train_surfaces_nonfinite_rows_as_warning_and_summary_field(tmp_path, monkeypatch, caplog, synthetic):
     import dataclasses
 
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import prepare
+    from raco_cli.run import train as train_mod
 
     X = np.array(synthetic.X, copy=True)
     X[synthetic.splits["train"][:50], 0] = np.inf
-    monkeypatch.setattr(train_mod, "load_data", lambda spec: dataclasses.replace(synthetic, X=X))
+    monkeypatch.setattr(prepare, "load_data", lambda spec: dataclasses.replace(synthetic, X=X))
     overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=30"]
-    with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
+    with caplog.at_level(logging.WARNING, logger="raco_cli.run.finish"):
         summary = train_mod.train(compose_config([*overrides, "privacy.scope=paper"]), run_dir=tmp_path / "run")
     assert summary["stats"]["nonfinite_rows"] > 0
     assert any("non-finite (NaN/inf) and were dropped" in r.getMessage() for r in caplog.records)
     assert summary["metrics"]["train"]["accuracy"] is not None
     # scope=model: the count is an exact training statistic, neither written nor logged
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
+    with caplog.at_level(logging.WARNING, logger="raco_cli.run.finish"):
         summary = train_mod.train(compose_config(overrides), run_dir=tmp_path / "model")
     assert "nonfinite_rows" not in summary.get("stats", {})
     assert not any("non-finite (NaN/inf)" in r.getMessage() for r in caplog.records)

@@ -134,8 +134,8 @@ def test_the_gaussian_release_is_accounted_as_the_analytic_gaussian_mechanism():
 
 @pytest.mark.parametrize(("scope", "expected"), [("model", True), ("paper", False)])
 def test_the_plan_composes_the_release_in_scope_model(scope, expected):
-    from raco_cli.cli.train import prepare_run
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run.prepare import prepare_run
 
     prep = prepare_run(compose_config(["dataset=synthetic", "eps=2", "method.max_steps=20", f"privacy.scope={scope}"]))
     assert ("GaussianDpEvent(noise_multiplier=20.0)" in str(prep.plan.event)) is expected

@@ -72,10 +72,10 @@ def test_secure_noise_is_not_reproducible_even_with_fixed_batches(synthetic, mon
 
 
 def test_secure_rng_off_warns_once(caplog, monkeypatch):
-    from raco_cli.cli import train
+    from raco_cli.run import train
 
     monkeypatch.setattr(train, "_SECURE_RNG_WARNED", False)
-    with caplog.at_level(logging.WARNING, logger="raco_cli.cli.train"):
+    with caplog.at_level(logging.WARNING, logger="raco_cli.run.train"):
         train.warn_secure_rng(True, False)
         train.warn_secure_rng(True, False)
         train.warn_secure_rng(True, True)
@@ -85,8 +85,8 @@ def test_secure_rng_off_warns_once(caplog, monkeypatch):
 
 
 def test_secure_rng_config_key_reaches_the_method_spec():
-    from raco_cli.cli.build import build_run_spec
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run.spec import build_run_spec
 
     spec = build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=true"]))
     assert spec.secure_rng and spec.method.secure_rng
@@ -111,8 +111,8 @@ def test_secure_rng_draws_the_poisson_batches_from_the_csprng_too(synthetic):
 
 
 def test_secure_rng_records_no_sampling_seed(tmp_path):
-    from raco_cli.cli import train as train_mod
     from raco_cli.cli.validate import compose_config
+    from raco_cli.run import train as train_mod
 
     overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=10"]
     secure = train_mod.train(compose_config([*overrides, "privacy.secure_rng=true"]), run_dir=tmp_path / "s")

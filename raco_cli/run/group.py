@@ -1,8 +1,8 @@
-"""A sweep group job: several runs of a sweep trained in one process (docs/batched.md).
+"""A sweep group: several runs of a sweep trained in one process (docs/batched.md).
 
 The ``raco`` sweeper (:mod:`raco_cli.cli.sweeper`) writes the composed configs of a group of
-compatible jobs to ``<sweep dir>/.groups/<k>.json`` and launches one job for the group; that
-job lands here.  Each run is prepared as alone (its own plan, seeds and DP preprocessing
+compatible jobs to ``<sweep dir>/.groups/<k>.json`` (:func:`write_group`) and launches one
+job for the group; that job lands here (:func:`run_group_file`).  Each run is prepared as alone (its own plan, seeds and DP preprocessing
 release); runs whose prepared specs can share the batched engine
 (:mod:`raco_cli.methods.batched`) are trained together, in chunks that fit
 ``hydra.sweeper.group_memory_gb``; any other run is trained alone.  Every run keeps its run
@@ -18,23 +18,24 @@ import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from raco_cli.errors import RacoError
+from raco_cli.run.finish import finish_run
+from raco_cli.run.prepare import prepare_run
+from raco_cli.run.progress import FanOut, Progress
+from raco_cli.run.records import open_recorder, record_failure_quietly, tag_error
+from raco_cli.run.train import check_writable, draw_curves, set_threads, train, warn_secure_rng
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_GB = 2.0
-GROUP_OVERRIDE = "+raco_group="  # a launcher job's override naming its group file
-
-
-def group_members(overrides: Sequence[str]) -> list[dict[str, Any]] | None:
-    """The members of a launcher job's group file (None: a job of one run)."""
-    path = next((o[len(GROUP_OVERRIDE):] for o in overrides if o.startswith(GROUP_OVERRIDE)), None)
-    return None if path is None else list(json.loads(Path(path).read_text())["members"])
+#: called with (summary, run_dir) after each run of a group finishes (``raco train`` prints
+#: its result table; ``raco tune``'s trials pass None)
+OnResult = Callable[[Mapping[str, Any], Path], None] | None
 
 
 def write_group(path: Path, members: Sequence[Mapping[str, Any]], *, memory_gb: float) -> Path:
@@ -44,10 +45,16 @@ def write_group(path: Path, members: Sequence[Mapping[str, Any]], *, memory_gb: 
     return path
 
 
-def run_group_file(path: Path, *, sweep_dir: Path | None) -> dict[str, int]:
+def read_group(path: Path) -> list[dict[str, Any]]:
+    """The members of a group file (:func:`write_group`)."""
+    return list(json.loads(Path(path).read_text())["members"])
+
+
+def run_group_file(path: Path, *, sweep_dir: Path | None, on_result: OnResult = None) -> dict[str, int]:
     """Train the runs of a group file; ``{"runs": n, "failed": k}``."""
     spec = json.loads(Path(path).read_text())
-    summaries = train_group(spec["members"], sweep_dir=sweep_dir, memory_gb=float(spec.get("memory_gb", DEFAULT_MEMORY_GB)))
+    summaries = train_group(spec["members"], sweep_dir=sweep_dir, memory_gb=float(spec.get("memory_gb", DEFAULT_MEMORY_GB)),
+                            on_result=on_result)
     return {"runs": len(summaries), "failed": sum(1 for s in summaries if s is None)}
 
 
@@ -83,12 +90,10 @@ def runs_per_chunk(prep: Any, memory_gb: float) -> int:
 
 
 def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float,
-                echo: bool = True) -> list[dict[str, Any] | None]:
+                on_result: OnResult = None) -> list[dict[str, Any] | None]:
     """Prepare every run, train compatible runs together, finish each; a summary per run
-    (None for a run that failed, which is recorded FAILED in MLflow).  ``echo``: print each
-    run's result line (``raco tune``'s trials do not)."""
-    from raco_cli.cli.train import _record_quietly, format_result, prepare_run, train
-
+    (None for a run that failed, which is recorded FAILED in MLflow).  ``on_result``: called
+    with each finished run's summary and directory."""
     t0 = time.time()
     out: list[dict[str, Any] | None] = [None] * len(members)
     batches: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
@@ -98,16 +103,16 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
             prep = prepare_run(m["config"], shared_features=True)
         except RacoError as exc:
             print(f"error: job {m['num']}: {exc}", file=sys.stderr)
-            _record_quietly(m["config"], run_dir, sweep_dir, exc)
+            record_failure_quietly(m["config"], run_dir, sweep_dir, exc)
             continue
         except Exception as exc:  # noqa: BLE001 - a bug: recorded with its traceback in the log, the group goes on
             log.exception("job %s failed", m["num"])
             print(f"error: job {m['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
-            _record_quietly(m["config"], run_dir, sweep_dir, exc)
+            record_failure_quietly(m["config"], run_dir, sweep_dir, exc)
             continue
         key = batch_key(prep)
         if key is None:  # e.g. an MLP or images: the one-run path (features standardised as alone)
-            out[i] = _alone(m, sweep_dir, train, format_result, echo)
+            out[i] = _alone(m, sweep_dir, on_result)
             continue
         batches.setdefault(key, []).append((i, prep))
     for runs in batches.values():
@@ -116,15 +121,15 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
             chunk = runs[start : start + size]
             if len(chunk) == 1:
                 i, _ = chunk[0]
-                out[i] = _alone(members[i], sweep_dir, train, format_result, echo)
+                out[i] = _alone(members[i], sweep_dir, on_result)
                 continue
-            for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir, echo)):
+            for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir, on_result)):
                 out[i] = summary
     log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, sum(s is None for s in out))
     return out
 
 
-def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format_result: Any, echo: bool) -> dict[str, Any] | None:
+def _alone(member: Mapping[str, Any], sweep_dir: Path | None, on_result: OnResult) -> dict[str, Any] | None:
     """A run of the group trained by the one-run path (prepared again: its features are
     standardised as a run alone standardises them)."""
     run_dir = Path(member["run_dir"])
@@ -137,25 +142,14 @@ def _alone(member: Mapping[str, Any], sweep_dir: Path | None, train: Any, format
         log.exception("job %s failed", member["num"])
         print(f"error: job {member['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
         return None
-    if echo:
-        print(format_result(summary, run_dir), flush=True)
+    if on_result is not None:
+        on_result(summary, run_dir)
     return summary
 
 
-def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None, echo: bool) -> list[dict[str, Any] | None]:
+def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Path | None,
+                    on_result: OnResult) -> list[dict[str, Any] | None]:
     """One chunk of compatible runs through the method's ``fit_many``."""
-    from raco_cli.cli.train import (
-        _FanOut,
-        _Progress,
-        check_writable,
-        draw_curves,
-        finish_run,
-        format_result,
-        open_recorder,
-        set_threads,
-        tag_error,
-        warn_secure_rng,
-    )
     from raco_cli.methods.batched import Member
     from raco_cli.tracking.mlflow_store import flush_recorders
 
@@ -180,10 +174,10 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             recorders.append(open_recorder(prep, run_dir, sweep_dir, client=shared_client if same_store else None, buffered=True))
         members = [
             Member(model=prep.model, constraints=prep.constraints, spec=prep.plan.spec, seeds=prep.seeds,
-                   reporter=_FanOut(rec), scaling=prep.scaling)
+                   reporter=FanOut(rec), scaling=prep.scaling)
             for (_, prep), rec in zip(runs, recorders)
         ]
-        progress = _Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.name} x{R}", show_values=False)
+        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.name} x{R}", show_values=False)
         try:
             results = first.method.fit_many(first.data, members, steps=first.plan.steps, device=first.device, reporter=progress)
         finally:
@@ -203,8 +197,8 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             if recorders[r] is not None:
                 recorders[r].finish("FINISHED")
                 recorders[r] = None
-            if echo:
-                print(format_result(summary, Path(member["run_dir"])), flush=True)
+            if on_result is not None:
+                on_result(summary, Path(member["run_dir"]))
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -1,4 +1,4 @@
-"""DictConfig -> typed, validated specs (the first thing ``train`` does).
+"""A composed config -> typed, validated specs (the first thing a run does).
 
 Type and range errors become one-line :class:`ConfigError` messages naming the key, the
 value, what is allowed and what it means.  Registry names are checked here too, so calls
@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from raco_cli.errors import CHOICE, DELTA_RANGE, EPS_RANGE, TYPE, ConfigError, unknown_name
 from raco_cli.methods.base import SCOPES, MethodSpec
@@ -243,17 +241,31 @@ def _curves(value: Any) -> bool | str:
                                   meaning="draw curves.png (auto: single runs yes, sweep jobs no)."))
 
 
-def build_run_spec(cfg: DictConfig | Mapping[str, Any]) -> RunSpec:
-    """Validate a composed config and turn it into a :class:`RunSpec`.
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain containers (MLflow params, summary.json, config.yaml).
+
+    Hydra composes an OmegaConf ``DictConfig``; everything below the command line works on
+    plain dicts, and this is where one becomes the other (OmegaConf is imported only then).
+    """
+    if type(cfg).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        out = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(out, dict)
+        return {str(k): v for k, v in out.items()}
+    return dict(cfg)
+
+
+def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
+    """Validate a composed config (a plain mapping or Hydra's ``DictConfig``) and turn it
+    into a :class:`RunSpec`.
 
     Raises:
         ConfigError: the first invalid value, as one line.
     """
     from raco_cli import data, models
 
-    c: dict[str, Any] = (
-        OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[assignment]
-    )
+    c = plain_config(cfg)
     eps = _number(c, "eps", "eps", "eps is the total privacy budget of the run.")
     if not eps > 0 or math.isnan(eps):
         raise ConfigError(EPS_RANGE.format(value=eps))

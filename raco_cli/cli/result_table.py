@@ -1,0 +1,69 @@
+"""The short result table ``raco train`` prints after a run (from its released summary)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SCOPE_NOTES = {
+    "model": "model (eps covers the model and every record written)",
+    "paper": "paper (eps covers training only: not the exact-data checkpoint choice, "
+             "preprocessing statistics or training statistics in the records)",
+}
+
+
+def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
+    """The short result table printed after a run."""
+    test = summary["metrics"]["test"]
+    if "mspe" in test:  # task=regression
+        lines = [f"{summary['method']} on {summary['dataset']} (regression)", f"  test MSPE            {test['mspe']:.4f}"]
+        lines += [f"  test MSPE {group:<10} {'-' if v is None else f'{v:.4f}'}" for group, v in test["group_mspe"].items()]
+        return "\n".join(lines + _privacy_lines(summary, run_dir))
+    lines = [
+        f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
+        f"  test accuracy        {test['accuracy']:.4f}",
+        f"  test DP gap (hard)   {test['dp_gap']:.4f}",
+    ]
+    for family, fm in (test.get("constraints") or {}).items():
+        if family == "dp":
+            continue
+        for name, value in (fm.get("standard") or {}).items():
+            if isinstance(value, (int, float)):
+                lines.append(f"  test {name:<16}{value:.4f}")
+        if not fm.get("standard"):
+            lines.append(f"  test {family} max Gamma  {fm['max_hard']:.4f}")
+    if summary.get("privacy_scope") == "model" and summary.get("private"):
+        shown = "unknown (no noisy histogram)" if summary["satisfied"] is None else str(summary["satisfied"]).lower()
+        lines.append(f"  gamma                {summary['gamma']:g}   (constraint satisfied by the noisy histograms: {shown})")
+    else:
+        lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
+    return "\n".join(lines + _privacy_lines(summary, run_dir))
+
+
+def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
+    lines = []
+    if summary["eps_spent"] is not None:
+        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+        if summary.get("rho_spent") is not None:  # zCDP of the same event tree (privacy.rho: the target)
+            target = f" of {summary['rho_target']:g}" if summary.get("rho_target") is not None else ""
+            lines.append(f"  rho spent (zCDP)     {summary['rho_spent']:.4f}{target}")
+        lines.append(f"  privacy scope        {SCOPE_NOTES.get(summary.get('privacy_scope', 'paper'), '')}")
+    else:
+        lines.append("  eps spent            not private")
+    lines += [
+        f"  steps                {summary['steps']} (selected step {summary['selected_step']})",
+        f"  summary              {Path(run_dir) / 'summary.json'}",
+    ]
+    if "predictor" in summary:
+        lines.append(f"  model for new rows   raco predict {run_dir} --data NEW.csv --out predictions.csv")
+    if "mlflow" in summary:
+        lines.append(f"  mlflow run           {summary['mlflow']['run_id']} ({summary['mlflow']['uri']})")
+        if "model_uri" in summary["mlflow"]:
+            lines.append(f"  mlflow model         {summary['mlflow']['model_uri']}")
+    return lines
+
+
+def print_result(summary: Mapping[str, Any], run_dir: Path) -> None:
+    """Print a finished run's result table (flushed: sweep jobs interleave)."""
+    print(format_result(summary, run_dir), flush=True)

@@ -1,0 +1,159 @@
+"""Finish a trained run: re-account, build the summary, write the run's outputs and its final
+MLflow records.
+
+Every output is built from the *released* summary (:func:`raco_cli.tracking.summary.released`:
+what the run's privacy scope lets it write), never from the full one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from raco_cli.run.records import log_final
+
+log = logging.getLogger(__name__)
+
+
+def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started: float, curves: bool,
+               stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Re-account a trained run, write summary.json, model.pt, config.yaml (and curves.png)
+    and its final MLflow records; return the summary.
+
+    ``stats``: extra run statistics (a group's share of wall time).
+
+    Raises:
+        OutputError: the outputs cannot be written.
+    """
+    import torch
+
+    from raco_cli.figures.curves import plot_training_curves
+    from raco_cli.methods.planning import run_event
+    from raco_cli.privacy import accountant
+    from raco_cli.privacy.zcdp import event_rho
+    from raco_cli.tracking import summary as summary_mod
+
+    spec, resolved, method, data, cons = prep.spec, prep.resolved, prep.method, prep.data, prep.constraints
+    pplan, seeds = prep.plan, prep.seeds
+    private = bool(method.PRIVATE)
+    full = prep.full_records
+    nonfinite = int(result.stats.get("nonfinite_rows", 0))
+    if nonfinite and full:  # an exact training statistic: not in scope=model records
+        log.warning(
+            "%d per-sample gradients were non-finite (NaN/inf) and were dropped from the clipped sum "
+            "(summary.json stats.nonfinite_rows); the model stayed finite. Lower method.lr or check the data.",
+            nonfinite,
+        )
+    event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=prep.constrained)
+    eps_spent = accountant.cached_epsilon(event, spec.delta, discretization=spec.discretization) if private else None
+    rho_spent = event_rho(event) if private else None  # zCDP of the same tree (None: no zCDP bound)
+    if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
+        raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
+    rec = result.selected_record
+    satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
+    summary = {
+        "schema_version": summary_mod.SCHEMA_VERSION,
+        "method": spec.method.name,
+        "dataset": spec.dataset.name,
+        "constraint": spec.constraint.name,
+        "constraints": list(cons.names),
+        "gamma": spec.constraint.gamma,
+        "constraint_gammas": [float(g) for g in cons.gamma],
+        "constraint_families": {p.family: {"gamma": p.gamma, **dict(p.options)} for p in spec.constraint.parts},
+        "partition_cells": cons.Q,
+        "eps_target": spec.eps if private else None,
+        "eps_spent": eps_spent,
+        "delta": spec.delta,
+        "rho_target": spec.rho if private else None,
+        "rho_spent": rho_spent,
+        "task": data.task,
+        "private": private,
+        "event": str(event),
+        "steps": result.steps,
+        "sample_rate": pplan.sample_rate,
+        "sampling": pplan.spec.sampling,
+        "seed": spec.seed,
+        "seeds": {
+            "init": seeds.init,
+            "sampling": None if spec.secure_rng else seeds.sampling,
+            "noise": None if spec.secure_rng else seeds.noise,
+            "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
+            "preprocessing": None if spec.secure_rng or prep.preprocessing != "dp" else seeds.preprocessing,
+        },
+        "secure_rng": spec.secure_rng,
+        "selection": pplan.spec.selection,
+        "selected_step": rec.step,
+        "satisfied": None if satisfied is None else bool(satisfied),
+        "metrics": rec.metrics,
+        "last_metrics": result.history[-1].metrics,
+        "lambda": result.lam,
+        "hyperparameters": spec_dict(pplan.spec),
+        "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
+        "stats": {**result.stats, "wall_time_s": time.time() - started, **dict(stats or {}), "releases": result.releases},
+        "config_hash": spec.config_hash,
+        "device": str(prep.device),
+        "privacy_scope": spec.scope,
+        "preprocessing": prep.preprocessing,
+    }
+    if recorder is not None:
+        summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
+    if "schema" in data.meta:  # dataset=table: the self-contained model for `raco predict`
+        summary["predictor"] = "model"
+    # what the scope lets the run write (tracking/summary.py STATUS): every output below
+    # is built from this, never from the full summary
+    summary = summary_mod.released(summary, scope=spec.scope, private=private)
+    try:
+        if "predictor" in summary:
+            write_predictor(run_dir / summary["predictor"], summary, data, spec, pplan.spec, result.state_dict, recorder)
+        summary_path = summary_mod.write(summary, run_dir / "summary.json")
+        artifacts = [summary_path]
+        if curves:
+            artifacts.append(plot_training_curves(
+                result.history, gamma=common_gamma(cons.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
+                title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
+            ))
+        artifacts.append(summary_mod.write_config(resolved, run_dir / "config.yaml"))
+        torch.save(result.state_dict, run_dir / "model.pt")
+    except OSError as exc:  # disk full or directory gone mid-run: one line, run marked FAILED
+        from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
+
+        raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
+    if recorder is not None:
+        log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
+    return summary
+
+
+def write_predictor(target: Path, summary: dict[str, Any], data: Any, spec: Any, method_spec: Any, state_dict: Any,
+                    recorder: Any) -> None:
+    """The run's model with its fitted preprocessing (raco_cli/predictor.py) in ``target``,
+    and in MLflow as a logged model (its URI in ``summary["mlflow"]["model_uri"]``).  What it
+    holds is public configuration, releases or facts from the *released* summary."""
+    from raco_cli.predictor import Predictor, run_facts
+    from raco_cli.tracking import model_artifact
+
+    predictor = Predictor.from_run(data, model=spec.model, state_dict=state_dict, micro_batch=method_spec.micro_batch,
+                                   run=run_facts(summary))
+    model_artifact.save(predictor, target)
+    if recorder is not None:
+        summary["mlflow"]["model_uri"] = recorder.log_model(target, step=int(summary["steps"]))
+
+
+def common_gamma(gammas: Any, default: float) -> float | None:
+    """The gamma shared by every constraint (``default`` when there is none), else None.
+
+    >>> common_gamma([0.05, 0.05], 0.1), common_gamma([], 0.1), common_gamma([0.05, 0.1], 0.1)
+    (0.05, 0.1, None)
+    """
+    values = {float(g) for g in gammas}
+    if not values:
+        return default
+    return values.pop() if len(values) == 1 else None
+
+
+def spec_dict(spec: Any) -> dict[str, Any]:
+    """A method spec as plain containers (summary.json ``hyperparameters``)."""
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(spec).items()}

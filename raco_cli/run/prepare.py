@@ -1,0 +1,189 @@
+"""Prepare one run: config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+
+Everything that can reject a run happens here, before the MLflow store is touched, so bad
+input never leaves a half-written record.  Shared by ``raco train`` (one run and sweep
+groups), ``raco audit`` and ``raco tune``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from raco_cli.run.spec import RunSpec, build_run_spec, plain_config
+
+log = logging.getLogger(__name__)
+
+_DATA_CACHE: dict[str, Any] = {}
+_DATA_CACHE_SIZE = 2
+REGRESSION_METHODS = "dpse, dp_sgd or sgd"
+
+
+def load_data(spec: RunSpec):
+    """Load (and subset) the run's dataset.
+
+    Parallel sweep workers run many jobs in one process, so the last two datasets loaded are
+    kept in memory (TabularData is immutable): a sweep parses each file once per worker.
+    """
+    ds = spec.dataset
+    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options), ds.preprocessing,
+                      dict(ds.bounds), dict(ds.imbalance)], sort_keys=True, default=str)
+    if key in _DATA_CACHE:
+        return _DATA_CACHE[key]
+    loaded = load_data_uncached(spec)
+    while len(_DATA_CACHE) >= _DATA_CACHE_SIZE:
+        _DATA_CACHE.pop(next(iter(_DATA_CACHE)))
+    _DATA_CACHE[key] = loaded
+    return loaded
+
+
+def load_data_uncached(spec: RunSpec):
+    """:func:`load_data` without the cache (the loader, the imbalanced variant, the subset)."""
+    from raco_cli import data
+
+    ds = spec.dataset
+    loaded = data.load(
+        ds.name,
+        data_dir=ds.data_dir,
+        mirror=ds.mirror,
+        allow_download=ds.download,
+        split_seed=ds.split_seed,
+        options=ds.options,
+        # dp: the loader encodes by the public bounds; prepare_run standardises privately
+        preprocessing="public" if ds.preprocessing == "dp" else ds.preprocessing,
+        bounds=ds.bounds,
+    )
+    if ds.imbalance:  # dataset.imbalance: the label- or group-imbalanced variant
+        from raco_cli.data.imbalance import imbalanced
+
+        loaded = imbalanced(loaded, ds.imbalance, seed=ds.split_seed)
+    if ds.subset is not None:
+        loaded = loaded.subset(ds.subset, seed=ds.split_seed)
+    return loaded
+
+
+@dataclass
+class PreparedRun:
+    """Everything a run needs, built and validated before any MLflow write."""
+
+    spec: RunSpec
+    resolved: dict[str, Any]
+    method: Any
+    data: Any
+    constraints: Any
+    constrained: bool
+    model: Any
+    plan: Any
+    device: Any
+    seeds: Any
+    preprocessing: str = "empirical"  # how the run's features are scaled (summary.json)
+    scaling: Any = None  # shared_features with dp preprocessing: the run's (mean, std), X left public
+
+    @property
+    def full_records(self) -> bool:
+        """Whether the run writes exact training statistics (scope=paper or a non-private method)."""
+        return self.spec.scope == "paper" or not bool(self.method.PRIVATE)
+
+
+def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> PreparedRun:
+    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+
+    Everything here can reject a run, and nothing here touches the MLflow store.
+
+    ``shared_features`` (runs of a sweep group): with ``dataset.preprocessing=dp`` the run's
+    DP standardisation is released and kept as ``scaling`` = (mean, std), and ``data`` stays
+    the public encoding every run of the group shares (the batched engine applies each run's
+    scaling to the rows it reads, docs/batched.md).
+
+    Raises:
+        RacoError: bad config, missing or corrupted data, an unreachable budget.
+    """
+    from raco_cli import constraints as constraints_mod
+    from raco_cli import methods, models
+    from raco_cli.methods.base import Seeds
+    from raco_cli.methods.core import resolve_device
+    from raco_cli.methods.planning import plan
+    from raco_cli.privacy.mechanisms import noise_source
+    from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
+
+    spec = build_run_spec(cfg)
+    resolved = plain_config(cfg)
+    method = methods.get(spec.method.name)
+    log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
+    data = load_data(spec)
+    seeds = Seeds.from_seed(spec.seed)
+    method_spec = spec.method
+    scaling = None
+    if spec.dataset.preprocessing == "dp" and numeric_features(data):
+        # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
+        sigma = spec.dataset.dp_noise_multiplier
+        source = noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng)
+        if shared_features:
+            scaling = dp_scaling(data, noise_multiplier=sigma, source=source)
+        else:
+            data = dp_standardize(data, noise_multiplier=sigma, source=source)
+        method_spec = replace(method_spec, preprocessing_noise=sigma)
+    if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
+        log.info("Group sizes (train): %s", data.group_sizes("train"))
+    if "schema" in data.meta:  # dataset=table: what its missing / clipping / unknown-level rules did
+        from raco_cli.data.table import report_lines
+
+        for line in report_lines(data, exact=spec.scope == "paper" or not method.PRIVATE):
+            log.info(line)
+    check_task(spec, method, data)
+    cons = constraints_mod.build_parts(
+        spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
+        class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
+    )
+    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
+    constrained = not cons.is_empty
+    validate = getattr(method, "validate", None)
+    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
+        validate(spec.method, cons, data)
+    model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
+    n_train = len(data.splits["train"])
+    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n is public, as in q = B / n)
+        spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
+        log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
+    pplan = plan(
+        method, method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
+    )
+    log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
+    return PreparedRun(
+        spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
+        model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
+        preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
+    )
+
+
+def check_task(spec: RunSpec, method: Any, data: Any) -> None:
+    """``task`` against the dataset, the method and the constraint (one line each).
+
+    Raises:
+        ConfigError: ``task`` contradicts the dataset, or a private regression run asks for the
+            accuracy-based private checkpoint choice.
+        UnsupportedError: the method or the constraint needs class labels.
+    """
+    from raco_cli.errors import ConfigError, UnsupportedError
+
+    if spec.task not in ("auto", data.task):
+        label = "a real-valued label" if data.task == "regression" else "class labels"
+        need = "a real-valued label (dataset=group_mixture)" if spec.task == "regression" else "class labels"
+        raise ConfigError(f"task={spec.task} needs a dataset with {need}; dataset={spec.dataset.name} has {label} "
+                          f"(task={data.task}). Use task=auto.")
+    if data.task not in getattr(method, "TASKS", ("classification",)):
+        raise UnsupportedError(f"method={spec.method.name} does not support task={data.task} (it needs class labels: a "
+                               f"cross-entropy loss and class rates); use method={REGRESSION_METHODS}.")
+    if data.task != "regression":
+        return
+    if spec.constraint.name != "none":
+        raise UnsupportedError(f"constraint={spec.constraint.name} needs class rates (P(prediction = k | group)); task=regression "
+                               "has a real-valued label and no classes. Use constraint=none (DPSE's bounded group loss is "
+                               "method.options.bgl_penalty).")
+    if method.PRIVATE and spec.scope == "model" and spec.method.selection == "best_feasible":
+        raise ConfigError("method.selection=best_feasible needs a bounded validation score for the private checkpoint choice of "
+                          "privacy.scope=model, and task=regression has none (the squared error is unbounded). Use "
+                          "method.selection=last (the paper's last iterate) or privacy.scope=paper.")

@@ -1,0 +1,120 @@
+"""Train one run: prepare (if not done) -> open its MLflow run -> fit -> finish.
+
+:func:`train` is the whole life of a run that trains alone; a sweep group
+(:mod:`raco_cli.run.group`) shares the same steps, with many runs fitted at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raco_cli.run.finish import finish_run
+from raco_cli.run.prepare import PreparedRun, prepare_run
+from raco_cli.run.progress import FanOut, Progress
+from raco_cli.run.records import open_recorder, tag_error
+
+log = logging.getLogger(__name__)
+
+_SECURE_RNG_WARNED = False
+
+
+def train(
+    cfg: Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None = None, prepared: PreparedRun | None = None
+) -> dict[str, Any]:
+    """Run one training job and return its summary (also written to ``run_dir/summary.json``).
+
+    ``cfg``: the composed config (a plain mapping or Hydra's ``DictConfig``); ``prepared``:
+    the job's :func:`~raco_cli.run.prepare.prepare_run`, when the caller already made it.
+
+    Raises:
+        RacoError: bad config, missing data, an unreachable budget or an unwritable run
+            directory (before any MLflow write); a failed write of the outputs (the MLflow
+            run is then marked FAILED).
+    """
+    t_start = time.time()
+    prep = prepared if prepared is not None else prepare_run(cfg)
+    spec, method, pplan = prep.spec, prep.method, prep.plan
+    run_dir = Path(run_dir)
+    check_writable(run_dir)
+    warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
+    set_threads(spec.threads)
+    recorder = open_recorder(prep, run_dir, sweep_dir)
+    progress = Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=prep.full_records)
+    status = "FAILED"
+    try:
+        result = method.fit(
+            prep.data, prep.model, prep.constraints, pplan.spec, steps=pplan.steps, seeds=prep.seeds, device=prep.device,
+            reporter=FanOut(progress, recorder),
+        )
+        progress.close()
+        summary = finish_run(prep, result, run_dir, recorder, started=t_start, curves=draw_curves(spec, sweep_dir))
+        status = "FINISHED"
+        return summary
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:
+        tag_error(recorder, exc)
+        raise
+    finally:
+        progress.close()
+        if recorder is not None:
+            recorder.finish(status)
+
+
+def set_threads(threads: int | None) -> None:
+    """``threads``: torch CPU threads (e.g. 1 for timing, Table 2: no thread sync on tiny ops)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def draw_curves(spec: Any, sweep_dir: Path | None) -> bool:
+    """``tracking.curves``: true/false, or auto (single runs draw curves.png, sweep jobs do not)."""
+    return spec.tracking.curves if isinstance(spec.tracking.curves, bool) else sweep_dir is None
+
+
+def warn_secure_rng(private: bool, secure: bool) -> None:
+    """Warn once per process that the noise is not from a secure source (as Opacus does)."""
+    global _SECURE_RNG_WARNED
+    if private and not secure and not _SECURE_RNG_WARNED:
+        _SECURE_RNG_WARNED = True
+        log.warning(
+            "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
+            "recorded, so the guarantee does not hold against readers of the records (they know every "
+            "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
+            "release (see docs/privacy.md, 'Noise source and floating point')."
+        )
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail early, with one line, when the run directory cannot take the run's outputs.
+
+    Writes and removes a small probe file (catches read-only mounts, permissions, a full
+    disk and a file in the way), before the MLflow store is touched.
+
+    Raises:
+        OutputError: the directory cannot be created or written.
+    """
+    from raco_cli.errors import OUTPUT_NOT_WRITABLE, OutputError
+
+    probe = Path(run_dir) / ".raco_write_probe"
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise OutputError(OUTPUT_NOT_WRITABLE.format(path=run_dir, reason=exc.strerror or exc)) from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
