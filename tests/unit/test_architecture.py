@@ -204,8 +204,10 @@ def describe(graph: dict[str, set[str]], tangle: list[str]) -> str:
 def test_the_graph_sees_function_local_and_relative_imports() -> None:
     graph = import_graph()
     assert len(graph) > 50 and all(m.startswith(PACKAGE) for m in graph)
-    # a function-local import (plots.draw imports the DP-DRO tables when asked for them)
-    assert "raco_cli.figures.dro" in graph["raco_cli.figures.plots"]
+    # a function-local import into a package's __init__ (models imports torch code only when
+    # a model is built) and a module-level one
+    assert "raco_cli.models.resnet" in graph["raco_cli.models"]
+    assert "raco_cli.figures.canvas" in graph["raco_cli.figures.plots"]
 
 
 def test_no_import_cycle_between_modules() -> None:
