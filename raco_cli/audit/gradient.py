@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from raco_cli.audit.result import build_result
 from raco_cli.errors import ConfigError, UnsupportedError
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,6 @@ def run_gradient_audit(prep, audit):  # noqa: ANN001, ANN201
 
     from raco_cli import models
     from raco_cli.audit.faults import gradient_mechanism
-    from raco_cli.audit.one_run import build_result
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant, events
 
