@@ -47,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from raco_cli.audit.canaries import check_auditable, with_canaries
 from raco_cli.audit.result import build_result
-from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +65,9 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
     Returns:
         ``(augmented TabularData, Xc (m, d + m) float32 rows of all m canaries, d)``.
     """
-    from raco_cli.data.types import TabularData
-
-    if not isinstance(data.X, np.ndarray):
-        raise UnsupportedError("raco audit supports tabular datasets only (features held in memory).")
-    if audit.label >= data.n_classes:
-        raise ConfigError(f"audit.label must be in 0..{data.n_classes - 1} (got audit.label={audit.label}); it is the canaries' label.")
+    check_auditable(data, audit)
     d = int(np.prod(data.X.shape[1:]))
-    m, n, G = audit.canaries, len(data.y), data.n_groups
+    m, n = audit.canaries, len(data.y)
     value = np.float32(DIRAC * audit.scale)
     inc = np.flatnonzero(S == 1)
     X = np.zeros((n + len(inc), d + m), dtype=np.float32)
@@ -79,20 +75,7 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
     X[n + np.arange(len(inc)), d + inc] = value
     Xc = np.zeros((m, d + m), dtype=np.float32)
     Xc[np.arange(m), d + np.arange(m)] = value
-    splits = dict(data.splits)
-    splits["train"] = np.concatenate([np.asarray(splits["train"]), n + np.arange(len(inc))])
-    aug = TabularData(
-        name=data.name,
-        X=X,
-        y=np.concatenate([data.y, np.full(len(inc), audit.label, dtype=np.int64)]),
-        group=np.concatenate([data.group, G + inc.astype(np.int64)]),
-        feature_names=tuple(data.feature_names) + tuple(f"canary{i}" for i in range(m)),
-        class_names=data.class_names,
-        group_names=tuple(data.group_names) + tuple(f"canary{i}" for i in range(m)),
-        splits=splits,
-        source=data.source,
-        meta={**dict(data.meta), "audit_canaries": m},
-    )
+    aug = with_canaries(data, audit, X, inc, feature_names=tuple(data.feature_names) + tuple(f"canary{i}" for i in range(m)))
     return aug, Xc, d
 
 

@@ -43,10 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from raco_cli.audit.canaries import check_auditable, with_canaries
 from raco_cli.audit.faults import histogram_mechanism
 from raco_cli.audit.gradient import run_gradient_audit
 from raco_cli.audit.result import AuditResult, AuditSpec, build_result
-from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -135,37 +136,15 @@ def augment(data, audit: AuditSpec, rng: np.random.Generator):  # noqa: ANN001, 
     Returns:
         ``(augmented TabularData, S (m,) in {-1, +1}, canary features (m, d) float32)``.
     """
-    from raco_cli.data.types import TabularData
-
-    if not isinstance(data.X, np.ndarray):
-        raise UnsupportedError("raco audit supports tabular datasets only (features held in memory).")
-    if audit.label >= data.n_classes:
-        raise ConfigError(f"audit.label must be in 0..{data.n_classes - 1} (got audit.label={audit.label}); it is the canaries' label.")
+    check_auditable(data, audit)
     m = audit.canaries
     test = np.asarray(data.splits["test"])
     rows = rng.choice(test, size=m, replace=len(test) < m)
     Xc = (np.asarray(data.X[rows], dtype=np.float32) * np.float32(audit.scale)).reshape(m, -1)
     S = np.where(rng.random(m) < 0.5, 1, -1)
     inc = np.flatnonzero(S == 1)
-    n = len(data.y)
-    G = data.n_groups
     X = np.concatenate([np.asarray(data.X), Xc[inc].reshape((len(inc), *data.X.shape[1:]))])
-    y = np.concatenate([data.y, np.full(len(inc), audit.label, dtype=np.int64)])
-    group = np.concatenate([data.group, G + inc.astype(np.int64)])
-    splits = dict(data.splits)
-    splits["train"] = np.concatenate([np.asarray(splits["train"]), n + np.arange(len(inc))])
-    aug = TabularData(
-        name=data.name,
-        X=X,
-        y=y,
-        group=group,
-        feature_names=data.feature_names,
-        class_names=data.class_names,
-        group_names=tuple(data.group_names) + tuple(f"canary{i}" for i in range(m)),
-        splits=splits,
-        source=data.source,
-        meta={**dict(data.meta), "audit_canaries": m},
-    )
+    aug = with_canaries(data, audit, X, inc, feature_names=data.feature_names)
     return aug, S, Xc
 
 
