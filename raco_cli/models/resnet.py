@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 
-def _norm(channels: int, groups: int) -> nn.GroupNorm:
+def group_norm(channels: int, groups: int) -> nn.GroupNorm:
+    """The ResNets' norm layer: ``groups`` groups, capped at the channel count (narrow smoke
+    models), normalising each example on its own (see the module docstring)."""
     return nn.GroupNorm(min(groups, channels), channels)
 
 
@@ -30,13 +32,13 @@ class BasicBlock(nn.Module):
     def __init__(self, in_ch: int, out_ch: int, stride: int, groups: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
-        self.norm1 = _norm(out_ch, groups)
+        self.norm1 = group_norm(out_ch, groups)
         self.conv2 = nn.Conv2d(out_ch, out_ch, 3, stride=1, padding=1, bias=False)
-        self.norm2 = _norm(out_ch, groups)
+        self.norm2 = group_norm(out_ch, groups)
         self.relu = nn.ReLU()
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_ch != out_ch:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), _norm(out_ch, groups))
+            self.shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), group_norm(out_ch, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.norm1(self.conv1(x)))
@@ -69,7 +71,7 @@ class ResNet(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, widths[0], 7, stride=2, padding=3, bias=False),
-            _norm(widths[0], groups),
+            group_norm(widths[0], groups),
             nn.ReLU(),
             nn.MaxPool2d(3, stride=2, padding=1) if stem_pool else nn.Identity(),
         )

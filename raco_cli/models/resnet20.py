@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from raco_cli.models.resnet import BasicBlock, _norm
+from raco_cli.models.resnet import BasicBlock, group_norm
 
 
 class CifarResNet(nn.Module):
@@ -23,7 +23,7 @@ class CifarResNet(nn.Module):
     def __init__(self, in_channels: int, n_classes: int, *, n: int = 3, width: float = 1.0, groups: int = 16) -> None:
         super().__init__()
         widths = [max(groups, int(round(w * width / groups)) * groups) if width != 1.0 else w for w in (16, 32, 64)]
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False), _norm(widths[0], groups), nn.ReLU())
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False), group_norm(widths[0], groups), nn.ReLU())
         stages: list[nn.Module] = []
         in_ch = widths[0]
         for i, w in enumerate(widths):
