@@ -50,6 +50,7 @@ import numpy as np
 from raco_cli.audit.canaries import check_auditable, with_canaries
 from raco_cli.audit.result import build_result
 from raco_cli.errors import UnsupportedError
+from raco_cli.methods.base import NullReporter
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
     return aug, Xc, d
 
 
-class _GradientScores:
-    """Release hook: streams the scores per canary from the noisy gradient sums."""
+class _GradientScores(NullReporter):
+    """Release hook: streams the scores per canary from the noisy gradient sums (progress and
+    evaluations are dropped)."""
 
     def __init__(self, *, d: int, m: int, Xc, model, label: int, q: float, sigma: float, clip: float, value: float) -> None:  # noqa: ANN001
         import torch
@@ -92,12 +94,6 @@ class _GradientScores:
         self.releases = 0
         self.contribution_sum = 0.0  # mean a (diagnostic: 1 = every canary gradient clipped)
         self.measured_sigma_sum = 0.0  # mean measured noise multiplier (diagnostic: vs the claimed sigma)
-
-    def on_step(self, step, total, values) -> None:  # noqa: ANN001
-        pass
-
-    def on_eval(self, record) -> None:  # noqa: ANN001
-        pass
 
     def on_release(self, step: int, name: str, value) -> None:  # noqa: ANN001
         torch = self.torch

@@ -48,14 +48,16 @@ from raco_cli.audit.faults import histogram_mechanism
 from raco_cli.audit.gradient import run_gradient_audit
 from raco_cli.audit.result import AuditResult, AuditSpec, build_result
 from raco_cli.errors import UnsupportedError
+from raco_cli.methods.base import NullReporter
 
 log = logging.getLogger(__name__)
 
 SCORES = ("mass", "spread", "llr")
 
 
-class _CanaryScores:
-    """Release hook: streams the three scores and the noise diagnostics per step."""
+class _CanaryScores(NullReporter):
+    """Release hook: streams the three scores and the noise diagnostics per step (progress
+    and evaluations are dropped)."""
 
     def __init__(self, *, first_cell: int, m: int, X, model, q: float, b: float, temperature: float, hard: bool, out_mask) -> None:  # noqa: ANN001
         import torch
@@ -68,13 +70,6 @@ class _CanaryScores:
         self.out = torch.as_tensor(out_mask)
         self.diag = {"rows": 0, "entries": 0, "zeros": 0, "abs_sum": 0.0, "s0": 0.0, "s1": 0.0, "s00": 0.0, "s11": 0.0, "s01": 0.0}
         self.releases = 0
-
-    # Reporter protocol (progress is not needed)
-    def on_step(self, step, total, values) -> None:  # noqa: ANN001
-        pass
-
-    def on_eval(self, record) -> None:  # noqa: ANN001
-        pass
 
     def on_release(self, step: int, name: str, H) -> None:  # noqa: ANN001
         torch = self.torch
