@@ -201,7 +201,18 @@ def describe(graph: dict[str, set[str]], tangle: list[str]) -> str:
     return f"{', '.join(_file(m) for m in tangle)}\n    e.g. {circle}"
 
 
-def test_the_graph_sees_function_local_and_relative_imports() -> None:
+def test_relative_imports_resolve_from_the_importing_module() -> None:
+    def base(module: str, statement: str) -> str:
+        node = ast.parse(statement).body[0]
+        assert isinstance(node, ast.ImportFrom)
+        return _from_base(module, node)
+
+    assert base("raco_cli.objectives.dro", "from . import divergences") == "raco_cli.objectives"
+    assert base("raco_cli.objectives.dro", "from ..figures.canvas import save") == "raco_cli.figures.canvas"
+    assert base("raco_cli.models", "from .resnet import resnet16") == "raco_cli.models.resnet"  # a package's __init__
+
+
+def test_the_graph_sees_function_local_and_module_level_imports() -> None:
     graph = import_graph()
     assert len(graph) > 50 and all(m.startswith(PACKAGE) for m in graph)
     # a function-local import into a package's __init__ (models imports torch code only when
