@@ -37,6 +37,7 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+@cache
 def _tree(module: str) -> ast.Module:
     path = module_files()[module]
     return ast.parse(path.read_text(), filename=str(path))
