@@ -47,7 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.audit.canaries import check_auditable, with_canaries
+from raco_cli.audit.result import build_result
+from raco_cli.errors import UnsupportedError
+from raco_cli.methods.base import NullReporter
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +66,9 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
     Returns:
         ``(augmented TabularData, Xc (m, d + m) float32 rows of all m canaries, d)``.
     """
-    from raco_cli.data.types import TabularData
-
-    if not isinstance(data.X, np.ndarray):
-        raise UnsupportedError("raco audit supports tabular datasets only (features held in memory).")
-    if audit.label >= data.n_classes:
-        raise ConfigError(f"audit.label must be in 0..{data.n_classes - 1} (got audit.label={audit.label}); it is the canaries' label.")
+    check_auditable(data, audit)
     d = int(np.prod(data.X.shape[1:]))
-    m, n, G = audit.canaries, len(data.y), data.n_groups
+    m, n = audit.canaries, len(data.y)
     value = np.float32(DIRAC * audit.scale)
     inc = np.flatnonzero(S == 1)
     X = np.zeros((n + len(inc), d + m), dtype=np.float32)
@@ -78,25 +76,13 @@ def augment(data, audit, S: np.ndarray):  # noqa: ANN001, ANN201
     X[n + np.arange(len(inc)), d + inc] = value
     Xc = np.zeros((m, d + m), dtype=np.float32)
     Xc[np.arange(m), d + np.arange(m)] = value
-    splits = dict(data.splits)
-    splits["train"] = np.concatenate([np.asarray(splits["train"]), n + np.arange(len(inc))])
-    aug = TabularData(
-        name=data.name,
-        X=X,
-        y=np.concatenate([data.y, np.full(len(inc), audit.label, dtype=np.int64)]),
-        group=np.concatenate([data.group, G + inc.astype(np.int64)]),
-        feature_names=tuple(data.feature_names) + tuple(f"canary{i}" for i in range(m)),
-        class_names=data.class_names,
-        group_names=tuple(data.group_names) + tuple(f"canary{i}" for i in range(m)),
-        splits=splits,
-        source=data.source,
-        meta={**dict(data.meta), "audit_canaries": m},
-    )
+    aug = with_canaries(data, audit, X, inc, feature_names=tuple(data.feature_names) + tuple(f"canary{i}" for i in range(m)))
     return aug, Xc, d
 
 
-class _GradientScores:
-    """Release hook: streams the scores per canary from the noisy gradient sums."""
+class _GradientScores(NullReporter):
+    """Release hook: streams the scores per canary from the noisy gradient sums (progress and
+    evaluations are dropped)."""
 
     def __init__(self, *, d: int, m: int, Xc, model, label: int, q: float, sigma: float, clip: float, value: float) -> None:  # noqa: ANN001
         import torch
@@ -108,12 +94,6 @@ class _GradientScores:
         self.releases = 0
         self.contribution_sum = 0.0  # mean a (diagnostic: 1 = every canary gradient clipped)
         self.measured_sigma_sum = 0.0  # mean measured noise multiplier (diagnostic: vs the claimed sigma)
-
-    def on_step(self, step, total, values) -> None:  # noqa: ANN001
-        pass
-
-    def on_eval(self, record) -> None:  # noqa: ANN001
-        pass
 
     def on_release(self, step: int, name: str, value) -> None:  # noqa: ANN001
         torch = self.torch
@@ -160,7 +140,6 @@ def run_gradient_audit(prep, audit):  # noqa: ANN001, ANN201
 
     from raco_cli import models
     from raco_cli.audit.faults import gradient_mechanism
-    from raco_cli.audit.one_run import build_result
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant, events
 

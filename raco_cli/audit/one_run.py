@@ -38,96 +38,26 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from raco_cli.audit import stats
-from raco_cli.audit.faults import GRADIENT_MECHANISMS, HISTOGRAM_MECHANISMS, histogram_mechanism
-from raco_cli.errors import ConfigError, UnsupportedError
+from raco_cli.audit.canaries import check_auditable, with_canaries
+from raco_cli.audit.faults import histogram_mechanism
+from raco_cli.audit.gradient import run_gradient_audit
+from raco_cli.audit.result import AuditResult, AuditSpec, build_result
+from raco_cli.errors import UnsupportedError
+from raco_cli.methods.base import NullReporter
 
 log = logging.getLogger(__name__)
 
 SCORES = ("mass", "spread", "llr")
-TARGETS = {"histogram": HISTOGRAM_MECHANISMS, "gradient": GRADIENT_MECHANISMS}
 
 
-@dataclass(frozen=True)
-class AuditSpec:
-    """Settings of a one-run audit (``audit.*`` keys of ``raco audit``).
-
-    Attributes:
-        canaries: m, the number of canaries (about half are included).
-        beta: 1 - confidence of the lower bound.
-        label: label of every canary.
-        seed: seed of the inclusion signs S, the canary rows and the tie-breaking
-            (independent of the run's training seeds).
-        mechanism: ``correct``, or a deliberately broken release of the target (test cases).
-        scale: factor applied to the canaries' features.
-        target: the release audited: ``histogram`` (RaCO-DP's Laplace histogram) or
-            ``gradient`` (the Gaussian gradient sum of raco_dp / dp_sgd, Dirac canaries).
-    """
-
-    canaries: int = 2000
-    beta: float = 0.05
-    label: int = 1
-    seed: int = 0
-    mechanism: str = "correct"
-    scale: float = 1.0
-    target: str = "histogram"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.canaries, bool) or not isinstance(self.canaries, int) or self.canaries < 10:
-            raise ConfigError(f"audit.canaries must be an integer >= 10 (got audit.canaries={self.canaries!r}); it is the number of canary records m.")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 < self.beta < 1:
-            raise ConfigError(f"audit.beta must be in (0, 1) (got audit.beta={self.beta!r}); the bound holds with confidence 1 - beta.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"audit.seed must be a non-negative integer (got audit.seed={self.seed!r}); it seeds the canaries' inclusion.")
-        if isinstance(self.label, bool) or not isinstance(self.label, int) or self.label < 0:
-            raise ConfigError(f"audit.label must be a non-negative integer (got audit.label={self.label!r}); it is the canaries' label.")
-        if self.target not in TARGETS:
-            raise ConfigError(f"audit.target must be one of {', '.join(TARGETS)} (got audit.target={self.target!r}); it is the release audited.")
-        allowed = TARGETS[self.target]
-        if self.mechanism not in allowed:
-            raise ConfigError(f"audit.mechanism must be one of {', '.join(allowed)} with audit.target={self.target} "
-                              f"(got audit.mechanism={self.mechanism!r}); broken_* are the audit's own test cases.")
-        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not (self.scale > 0 and math.isfinite(self.scale)):
-            raise ConfigError(f"audit.scale must be > 0 (got audit.scale={self.scale!r}); it multiplies the canaries' features.")
-
-
-@dataclass
-class AuditResult:
-    """What ``raco audit`` reports (also written to ``audit.json``)."""
-
-    eps_lower_bound: float
-    confidence: float
-    eps_accounted: float
-    eps_accounted_histogram: float | None
-    eps_target: float
-    delta: float
-    violation: bool
-    mechanism: str
-    canaries: int
-    included: int
-    steps: int
-    sample_rate: float
-    hist_noise_multiplier: float | None
-    best: dict[str, Any]
-    tests: list[dict[str, Any]]
-    conformance: dict[str, Any]
-    seeds: dict[str, Any]
-    event: str
-    settings: dict[str, Any] = field(default_factory=dict)
-    target: str = "histogram"
-    eps_accounted_released: float | None = None  # eps of the audited releases alone
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class _CanaryScores:
-    """Release hook: streams the three scores and the noise diagnostics per step."""
+class _CanaryScores(NullReporter):
+    """Release hook: streams the three scores and the noise diagnostics per step (progress
+    and evaluations are dropped)."""
 
     def __init__(self, *, first_cell: int, m: int, X, model, q: float, b: float, temperature: float, hard: bool, out_mask) -> None:  # noqa: ANN001
         import torch
@@ -140,13 +70,6 @@ class _CanaryScores:
         self.out = torch.as_tensor(out_mask)
         self.diag = {"rows": 0, "entries": 0, "zeros": 0, "abs_sum": 0.0, "s0": 0.0, "s1": 0.0, "s00": 0.0, "s11": 0.0, "s01": 0.0}
         self.releases = 0
-
-    # Reporter protocol (progress is not needed)
-    def on_step(self, step, total, values) -> None:  # noqa: ANN001
-        pass
-
-    def on_eval(self, record) -> None:  # noqa: ANN001
-        pass
 
     def on_release(self, step: int, name: str, H) -> None:  # noqa: ANN001
         torch = self.torch
@@ -208,61 +131,16 @@ def augment(data, audit: AuditSpec, rng: np.random.Generator):  # noqa: ANN001, 
     Returns:
         ``(augmented TabularData, S (m,) in {-1, +1}, canary features (m, d) float32)``.
     """
-    from raco_cli.data.types import TabularData
-
-    if not isinstance(data.X, np.ndarray):
-        raise UnsupportedError("raco audit supports tabular datasets only (features held in memory).")
-    if audit.label >= data.n_classes:
-        raise ConfigError(f"audit.label must be in 0..{data.n_classes - 1} (got audit.label={audit.label}); it is the canaries' label.")
+    check_auditable(data, audit)
     m = audit.canaries
     test = np.asarray(data.splits["test"])
     rows = rng.choice(test, size=m, replace=len(test) < m)
     Xc = (np.asarray(data.X[rows], dtype=np.float32) * np.float32(audit.scale)).reshape(m, -1)
     S = np.where(rng.random(m) < 0.5, 1, -1)
     inc = np.flatnonzero(S == 1)
-    n = len(data.y)
-    G = data.n_groups
     X = np.concatenate([np.asarray(data.X), Xc[inc].reshape((len(inc), *data.X.shape[1:]))])
-    y = np.concatenate([data.y, np.full(len(inc), audit.label, dtype=np.int64)])
-    group = np.concatenate([data.group, G + inc.astype(np.int64)])
-    splits = dict(data.splits)
-    splits["train"] = np.concatenate([np.asarray(splits["train"]), n + np.arange(len(inc))])
-    aug = TabularData(
-        name=data.name,
-        X=X,
-        y=y,
-        group=group,
-        feature_names=data.feature_names,
-        class_names=data.class_names,
-        group_names=tuple(data.group_names) + tuple(f"canary{i}" for i in range(m)),
-        splits=splits,
-        source=data.source,
-        meta={**dict(data.meta), "audit_canaries": m},
-    )
+    aug = with_canaries(data, audit, X, inc, feature_names=data.feature_names)
     return aug, S, Xc
-
-
-def one_run_tests(scores: dict[str, np.ndarray], included: np.ndarray, *, q: float, steps: int, delta: float, beta: float,
-                  rng: np.random.Generator) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The one-run tests of every score: +1 guesses for the k highest, for 3 values of k fixed in
-    advance from the expected number of included-and-sampled canaries, each bound at the
-    Bonferroni level ``beta / (scores x ks)``.
-
-    Returns:
-        ``(tests, best)``: every test (score, k, correct, eps_lower_bound) and the largest.
-    """
-    m = len(included)
-    k_max = max(1, math.floor((m / 2) * (1 - math.exp(-q * steps)) - 1.5 * math.sqrt(m)))
-    ks = sorted({max(1, k_max), max(1, k_max // 2), max(1, k_max // 4)}, reverse=True)
-    level = beta / (len(scores) * len(ks))
-    tests: list[dict[str, Any]] = []
-    for name, score in scores.items():
-        for k in ks:
-            guess = stats.top_k_guesses(score, k, rng)
-            v = int(included[guess].sum())
-            lb = stats.eps_lower_bound_one_run(m, k, v, delta=delta, beta=level)
-            tests.append({"score": name, "k": int(k), "correct": v, "eps_lower_bound": float(lb)})
-    return tests, max(tests, key=lambda t: t["eps_lower_bound"])
 
 
 def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
@@ -274,8 +152,6 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
             does not support, or the data is not tabular.
     """
     if audit.target == "gradient":
-        from raco_cli.audit.gradient import run_gradient_audit
-
         return run_gradient_audit(prep, audit)
     import dp_accounting as dpa
     import torch
@@ -323,40 +199,4 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
         prep, audit, spec, S=S, scores={name: scorer.scores[name].numpy() for name in SCORES}, rng=rng_ties, q=q,
         event=event, eps_accounted=eps_acc, eps_released=eps_hist, eps_histogram=eps_hist, hist_noise_multiplier=b,
         conformance=scorer.conformance(b), settings={"histogram_releases": scorer.releases},
-    )
-
-
-def build_result(prep, audit: AuditSpec, spec, *, S: np.ndarray, scores: dict[str, np.ndarray], rng: np.random.Generator,  # noqa: ANN001
-                 q: float, event, eps_accounted: float, eps_released: float, eps_histogram: float | None,  # noqa: ANN001
-                 hist_noise_multiplier: float | None, conformance: dict[str, Any], settings: dict[str, Any]) -> AuditResult:
-    """The tests of :func:`one_run_tests` on the scores of a finished audit run, as an :class:`AuditResult`
-    (``spec``: the audited run's method spec; ``settings``: target-specific entries)."""
-    included = S == 1
-    tests, best = one_run_tests(scores, included, q=q, steps=prep.plan.steps, delta=prep.spec.delta, beta=audit.beta, rng=rng)
-    best_lb = float(best["eps_lower_bound"])
-    return AuditResult(
-        eps_lower_bound=best_lb,
-        confidence=1 - audit.beta,
-        eps_accounted=eps_accounted,
-        eps_accounted_histogram=eps_histogram,
-        eps_target=prep.spec.eps,
-        delta=prep.spec.delta,
-        violation=best_lb > eps_accounted,
-        mechanism=audit.mechanism,
-        canaries=audit.canaries,
-        included=int(included.sum()),
-        steps=prep.plan.steps,
-        sample_rate=q,
-        hist_noise_multiplier=hist_noise_multiplier,
-        best=best,
-        tests=tests,
-        conformance=conformance,
-        seeds={"audit": audit.seed, "run": prep.spec.seed, "sampling": prep.seeds.sampling,
-               "noise": None if spec.secure_rng else prep.seeds.noise},
-        event=str(event),
-        settings={**asdict(audit), "bonferroni_tests": len(tests), "method": prep.spec.method.name,
-                  "dataset": prep.spec.dataset.name, "constraint": prep.spec.constraint.name, "sampling": spec.sampling,
-                  **settings},
-        target=audit.target,
-        eps_accounted_released=eps_released,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raco_cli.data.tabular import VAL_FRACTION
+from raco_cli.data.tabular import VAL_FRACTION, label_group_strata
 from raco_cli.errors import ConfigError
 
 ST_CLASS_NAMES = ("0-4", "5-9")
@@ -90,9 +90,7 @@ def pool_split(y: np.ndarray, group: np.ndarray, pool: np.ndarray, test: np.ndar
     """train / val (15 % of ``pool``, stratified by label x group) and the given test rows."""
     from sklearn.model_selection import train_test_split
 
-    from raco_cli.data.tabular import _strata
-
-    train, val = train_test_split(pool, test_size=VAL_FRACTION, random_state=seed, stratify=_strata(y[pool], group[pool]))
+    train, val = train_test_split(pool, test_size=VAL_FRACTION, random_state=seed, stratify=label_group_strata(y[pool], group[pool]))
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 

@@ -135,8 +135,8 @@ def stratified_split(
             "(25 % test, 15 % of the rest validation). Check the data files."
         )
     idx = np.arange(n)
-    rest, test = _split(idx, test_fraction, seed, _strata(y, group), y)
-    train, val = _split(rest, val_fraction, seed, _strata(y[rest], group[rest]), y[rest])
+    rest, test = _split(idx, test_fraction, seed, label_group_strata(y, group), y)
+    train, val = _split(rest, val_fraction, seed, label_group_strata(y[rest], group[rest]), y[rest])
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 
@@ -152,7 +152,11 @@ def _split(idx: np.ndarray, fraction: float, seed: int, strata: np.ndarray, labe
     return train_test_split(idx, test_size=fraction, random_state=seed, stratify=None)
 
 
-def _strata(y: np.ndarray, group: np.ndarray) -> np.ndarray:
+def label_group_strata(y: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The stratum of each row for a stratified split: its (label, group) cell.  Cells of fewer
+    than 4 rows (too few to be split twice) are pooled into one stratum, and the pool's rows
+    take their label as stratum when the pool itself is that small.  The image splits
+    (:func:`raco_cli.data.images.pool_split`) stratify the same way."""
     cells = y.astype(np.int64) * (int(group.max()) + 1) + group.astype(np.int64)
     values, counts = np.unique(cells, return_counts=True)
     rare = set(values[counts < 4].tolist())

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from raco_cli.figures.aggregate import as_number
+from raco_cli.figures.canvas import pyplot, save
 from raco_cli.figures.specs import METHOD_LABEL, FigureSpec
 
 ORDER = ("dp_sgda", "dp_private_diff", "dp_double_spider", "dp_recursive_spider", "sgda", "spider")
@@ -86,8 +87,6 @@ def accuracy_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_d
     """Table 3: per dataset and eps, each method's test accuracy, worst-group accuracy and final
     gradient norm of the robust objective (train split when recorded, else test), and a figure
     of test accuracy against eps."""
-    from raco_cli.figures.plots import _plt, save
-
     recs = _finished(records, spec.where)
     acc, wga = grouped(recs, "final/test/accuracy"), grouped(recs, "final/test/worst_group_accuracy")
     gn = grouped(recs, "final/train/grad_norm") or grouped(recs, "final/test/grad_norm")
@@ -103,7 +102,7 @@ def accuracy_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_d
                 cells.append("-" if k not in acc else f"{_fmt(_stat(acc[k]))} / {_fmt(_stat(wga.get(k, [])))} / {_fmt(_stat(gn.get(k, [])), 3)}")
             rows.append([d, "non-private" if e is None else f"{e:g}", *cells])
     files = _write_table(Path(out_dir), spec.name, header, rows)
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(4.2 * max(len(datasets), 1), 3.2), squeeze=False,
                              layout="constrained")  # constrained: y labels clear the next panel
     for ax, d in zip(axes[0], datasets):
@@ -140,8 +139,6 @@ def mia_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: P
 
 def gradnorm_curves(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path) -> list[Path]:
     """Figure 1: mean over seeds of |grad F(x_t)| against the step, one panel per dataset."""
-    from raco_cli.figures.plots import _plt, save
-
     recs = _finished(records, spec.where)
     curves: dict[tuple[str, str], dict[int, list[float]]] = {}
     for rec in recs:
@@ -151,7 +148,7 @@ def gradnorm_curves(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_
         for step, value in series:
             curves.setdefault(key, {}).setdefault(int(step), []).append(float(value))
     datasets = sorted({k[0] for k in curves})
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(4.2 * max(len(datasets), 1), 3.2), squeeze=False,
                              layout="constrained")  # constrained: y labels clear the next panel
     for ax, d in zip(axes[0], datasets):

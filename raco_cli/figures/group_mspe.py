@@ -1,7 +1,7 @@
 """Per-group mean squared prediction error of regression runs: the DPSE paper's Tables 1-3 (a table per
 rho: group x variant, mean ± 95 % CI over seeds, the paper's numbers beside ours) and Figure 2 (the
 smallest group's MSPE against rho, one panel per slope pair).  Aggregation is pure; drawing uses the
-helpers of :mod:`raco_cli.figures.plots`.
+helpers of :mod:`raco_cli.figures.canvas`.
 
 A run's *variant* names what it computes: DPSE (tailored budgets), DPNoSE (``allocation=uniform``),
 either with the bounded-group-loss penalty (``bgl_penalty > 0``: "+ BGL"), DP-SGD, SGD.
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from raco_cli.figures.aggregate import as_number, matches
+from raco_cli.figures.canvas import pyplot, save
 from raco_cli.figures.pareto import MeanCI, mean_ci
 
 PUBLISHED_DPSE = Path(__file__).with_name("published_dpse.csv")
@@ -166,8 +167,6 @@ def _fmt(m: MeanCI) -> str:
 def group_table(records: Sequence[Mapping[str, Any]], spec: Any, out_dir: Path) -> list[Path]:
     """Tables 1-3: a Markdown + CSV table and a bar chart (mean ± 95 % CI per group and variant,
     the paper's DPSE / DPNoSE values as markers)."""
-    from raco_cli.figures.plots import _plt, save
-
     rho = float(spec.where["privacy.rho"][0])
     by_seed = group_values_by_seed(records, where=spec.where)
     values = {k: list(v.values()) for k, v in by_seed.items()}
@@ -185,7 +184,7 @@ def group_table(records: Sequence[Mapping[str, Any]], spec: Any, out_dir: Path) 
         for (v, g), vals in sorted(values.items(), key=lambda kv: (variant_order(kv[0][0]), _group_order(kv[0][1]))):
             m = mean_ci(vals)
             writer.writerow([v, g, f"{m.mean:.6g}", f"{m.ci:.6g}", m.n, paper.get((v, g), "")])
-    plt = _plt()
+    plt = pyplot()
     variants = sorted({k[0] for k in values}, key=variant_order)
     groups = sorted({k[1] for k in values}, key=_group_order)
     fig, ax = plt.subplots(figsize=(8.4, 3.8))
@@ -232,14 +231,12 @@ def mspe_vs_rho(records: Sequence[Mapping[str, Any]], spec: Any, out_dir: Path) 
     row, one line per variant and size ratio, mean ± 95 % CI) and the relative change of DPSE
     against DPNoSE paired by seed (bottom row, %, with the paper's claimed 10-50 % reduction
     shaded); a CSV of every point."""
-    from raco_cli.figures.plots import _plt, save
-
     pts = smallest_group_points(records)
     slopes = sorted({k[0] for k in pts}, key=lambda sl: (PAPER_SLOPES.index(sl) if sl in PAPER_SLOPES else len(PAPER_SLOPES), sl))
     ratios = sorted({k[1] for k in pts}, key=lambda r: as_number(r) or 0)
     variants = sorted({k[3] for k in pts}, key=variant_order)
     pairs = _pairs(variants)
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, max(len(slopes), 1), figsize=(3.6 * max(len(slopes), 1), 6.4), squeeze=False, sharex=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raco_cli.figures.aggregate import aggregate, curves, front_of, run_points
+from raco_cli.figures import dro, group_mspe
+from raco_cli.figures.aggregate import aggregate, as_number, curves, front_of, run_points
+from raco_cli.figures.canvas import pyplot, save
 from raco_cli.figures.pareto import mean_ci
 from raco_cli.figures.published import PublishedPoint
 from raco_cli.figures.specs import METHOD_LABEL, X_LABEL, FigureSpec
@@ -27,16 +29,6 @@ from raco_cli.figures.specs import METHOD_LABEL, X_LABEL, FigureSpec
 MARKERS = {"raco_dp": "o", "dp_fermi": "s", "sgda": "D", "sgd": "v", "dp_sgd": "^", "dpse": "P"}
 MIN_SEEDS_FOR_BAND = 3  # CI bands and bars need this many seeds per configuration
 PUBLISHED_MARKERS = {"DP-FERMI": "x", "Tran et al. 2021a": "+", "Tran et al. 2021b": "*", "Jagielski et al. 2019": "1"}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 7})
-    return plt
 
 
 def _eps_colors(values: Sequence[Any]) -> dict[Any, Any]:
@@ -64,16 +56,6 @@ def _series_label(method: str, series: tuple[Any, ...], names: Sequence[str]) ->
     return f"{label} {' '.join(parts)}".strip()
 
 
-def save(fig: Any, out_dir: Path, name: str) -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    _plt().close(fig)
-    return paths
-
-
 def shrink_png(path: Path, *, colors: int = 128) -> Path:
     """Rewrite a PNG with a ``colors``-colour palette (3-4x smaller; how the figures under
     docs/figures are committed: ``raco figures --small``)."""
@@ -93,7 +75,7 @@ def tradeoff(
     published: Sequence[PublishedPoint] = (),
 ) -> list[Path]:
     """The trade-off figure of ``spec`` (see the module docstring)."""
-    plt = _plt()
+    plt = pyplot()
     pts = run_points(records, x_metric=spec.x_metric, y=spec.y, series=spec.series, where=spec.where)
     agg = aggregate(pts)
     by_curve = curves(agg)
@@ -180,7 +162,7 @@ def satisfaction(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir
     """Fig. 3: achieved hard test constraint vs test accuracy per run; dashed line per gamma."""
     import matplotlib
 
-    plt = _plt()
+    plt = pyplot()
     pts = run_points(records, x_metric="constraint_max_hard", series=("eps",), where=spec.where)
     gammas = sorted({p.knob_value for p in pts if p.knob_value is not None})
     cmap = matplotlib.colormaps["plasma"]
@@ -205,9 +187,7 @@ def satisfaction(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir
 
 def clipping(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path) -> list[Path]:
     """Fig. 8a: hard train constraint value vs clipping norm (mean ± CI over seeds)."""
-    from raco_cli.figures.aggregate import as_number
-
-    plt = _plt()
+    plt = pyplot()
     by_clip: dict[float, list[float]] = {}
     gammas = set()
     for rec in records:
@@ -240,7 +220,7 @@ def timing(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path
     """Table 2: time per step (ms) per dataset x method, mean ± std over runs; runs trained in
     a batched group (metric ``batched_runs`` = R, docs/batched.md) in a column of their own,
     ``<method> (batched, R=..)``, whose time is a run's share of the group's step."""
-    plt = _plt()
+    plt = pyplot()
     cells: dict[tuple[str, str], list[float]] = {}
     for rec in records:
         if rec.get("status") != "FINISHED":
@@ -305,12 +285,8 @@ def draw(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path, 
     if spec.kind == "timing":
         return timing(records, spec, out_dir)
     if spec.kind in ("dro_table", "dro_mia", "dro_gradnorm"):
-        from raco_cli.figures import dro
-
         draw_dro = {"dro_table": dro.accuracy_table, "dro_mia": dro.mia_table, "dro_gradnorm": dro.gradnorm_curves}[spec.kind]
         return draw_dro(records, spec, out_dir)
     if spec.kind in ("group_table", "mspe_vs_rho"):  # regression (the DPSE paper)
-        from raco_cli.figures import group_mspe
-
         return (group_mspe.group_table if spec.kind == "group_table" else group_mspe.mspe_vs_rho)(records, spec, out_dir)
     raise ValueError(f"unknown figure kind {spec.kind!r}")

@@ -50,7 +50,7 @@ def _resnet16(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
 
 
 def _resnet20(input_shape: tuple[int, ...], n_classes: int, **opts: Any):
-    from raco_cli.models.resnet20 import resnet20
+    from raco_cli.models.resnet import resnet20
 
     return resnet20(input_shape, n_classes, **opts)
 

@@ -1,14 +1,21 @@
-"""ResNet16 with GroupNorm for private image classification (paper Section 6, App. E.7).
+"""GroupNorm ResNets for private image classification: one :class:`ResNet` (a stem, stages of
+BasicBlocks, global average pooling, a linear head) and the two models built from it, which
+differ only in their stem and stages.
 
-The architecture of the paper's CelebA experiment: a ResNet (He et al., 2016) with a 7x7/2
-stem convolution, a 3x3/2 max-pool, BasicBlock stages ``[2, 2, 2, 1]`` at widths
-``64/128/256/512`` (strides 1/2/2/2), global average pooling and a linear head: 14 block
-convolutions + stem + head = 16 weight layers, about 6.4 M parameters for 2 classes.
+* ``resnet16``, the architecture of the paper's CelebA experiment (Section 6, App. E.7): the
+  ImageNet stem of He et al. (2016), a 7x7/2 convolution and a 3x3/2 max-pool, then BasicBlock
+  stages ``[2, 2, 2, 1]`` at widths ``64/128/256/512`` (strides 1/2/2/2): 14 block convolutions
+  + stem + head = 16 weight layers, about 6.4 M parameters for 2 classes.
+* ``resnet20``, the CIFAR ResNet of He et al. (2016, Section 4.2) used by the DP-DRO paper's
+  image experiments: a 3x3 stem convolution with 16 channels at full resolution, three stages
+  of 3 BasicBlocks at widths 16/32/64 (strides 1/2/2): 6n + 2 = 20 weight layers, about
+  0.27 M parameters.
 
-Every BatchNorm of the standard ResNet is a ``GroupNorm(16, channels)``: batch statistics
-mix the examples of a batch, so a per-sample gradient would depend on the other rows and
-the per-sample clipping bound (hence the privacy guarantee) would not hold (App. E.7,
-following Berrada et al., 2023).  GroupNorm normalises each example on its own.
+The shortcut of a block that changes shape is a 1x1 convolution (option B of He et al.).
+Every BatchNorm of the standard ResNets is a ``GroupNorm(16, channels)``: batch statistics mix
+the examples of a batch, so a per-sample gradient would depend on the other rows and the
+per-sample clipping bound (hence the privacy guarantee) would not hold (App. E.7, following
+Berrada et al., 2023).  GroupNorm normalises each example on its own.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import torch
 from torch import nn
 
 
-def _norm(channels: int, groups: int) -> nn.GroupNorm:
+def group_norm(channels: int, groups: int) -> nn.GroupNorm:
+    """The ResNets' norm layer: ``groups`` groups, capped at the channel count (narrow smoke
+    models), normalising each example on its own (see the module docstring)."""
     return nn.GroupNorm(min(groups, channels), channels)
 
 
@@ -30,13 +39,13 @@ class BasicBlock(nn.Module):
     def __init__(self, in_ch: int, out_ch: int, stride: int, groups: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
-        self.norm1 = _norm(out_ch, groups)
+        self.norm1 = group_norm(out_ch, groups)
         self.conv2 = nn.Conv2d(out_ch, out_ch, 3, stride=1, padding=1, bias=False)
-        self.norm2 = _norm(out_ch, groups)
+        self.norm2 = group_norm(out_ch, groups)
         self.relu = nn.ReLU()
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_ch != out_ch:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), _norm(out_ch, groups))
+            self.shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), group_norm(out_ch, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.norm1(self.conv1(x)))
@@ -44,35 +53,39 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
+def imagenet_stem(in_channels: int, width: int, groups: int, *, pool: bool = True) -> nn.Sequential:
+    """ResNet16's stem: a 7x7/2 convolution, GroupNorm, ReLU and (``pool``, as in torchvision's
+    ResNets) a 3x3/2 max-pool, so that the stages see a quarter of the resolution."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, width, 7, stride=2, padding=3, bias=False),
+        group_norm(width, groups),
+        nn.ReLU(),
+        nn.MaxPool2d(3, stride=2, padding=1) if pool else nn.Identity(),
+    )
+
+
+def cifar_stem(in_channels: int, width: int, groups: int) -> nn.Sequential:
+    """ResNet20's stem: one 3x3 convolution, GroupNorm and ReLU at full resolution (32x32
+    images are small enough to keep it)."""
+    return nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1, bias=False), group_norm(width, groups), nn.ReLU())
+
+
 class ResNet(nn.Module):
-    """A GroupNorm ResNet of BasicBlocks for inputs of shape (C, H, W).
+    """A GroupNorm ResNet of BasicBlocks: ``stem``, then the stages (the first block of every
+    stage but the first halves the resolution), global average pooling and a linear head.
 
     Args:
-        in_channels: image channels C.
+        stem: the layers before the first stage (:func:`imagenet_stem`, :func:`cifar_stem`);
+            it returns ``widths[0]`` channels.
         n_classes: number of logits.
-        blocks: BasicBlocks per stage (ResNet16: ``(2, 2, 2, 1)``).
-        widths: channels per stage (``(64, 128, 256, 512)``; ``width`` scales them).
-        groups: GroupNorm groups (16; capped at the channel count).
-        stem_pool: 3x3/2 max-pool after the stem (as in torchvision's ResNets).
+        blocks: BasicBlocks per stage (ResNet16: ``(2, 2, 2, 1)``, ResNet20: ``(3, 3, 3)``).
+        widths: channels per stage.
+        groups: GroupNorm groups (capped at the channel count).
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        n_classes: int,
-        *,
-        blocks: Sequence[int] = (2, 2, 2, 1),
-        widths: Sequence[int] = (64, 128, 256, 512),
-        groups: int = 16,
-        stem_pool: bool = True,
-    ) -> None:
+    def __init__(self, stem: nn.Module, n_classes: int, *, blocks: Sequence[int], widths: Sequence[int], groups: int = 16) -> None:
         super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(in_channels, widths[0], 7, stride=2, padding=3, bias=False),
-            _norm(widths[0], groups),
-            nn.ReLU(),
-            nn.MaxPool2d(3, stride=2, padding=1) if stem_pool else nn.Identity(),
-        )
+        self.stem = stem
         stages: list[nn.Module] = []
         in_ch = widths[0]
         for i, (n_blocks, width) in enumerate(zip(blocks, widths)):
@@ -89,6 +102,17 @@ class ResNet(nn.Module):
         return self.head(torch.flatten(self.pool(self.stages(self.stem(x))), 1))
 
 
+def _check_image_options(input_shape: tuple[int, ...], width: float, groups: int) -> None:
+    if len(input_shape) != 3:
+        raise ValueError(
+            "it needs image rows of shape (C, H, W); use model=logreg or model=mlp for tabular data"
+        )
+    if not width > 0:
+        raise ValueError(f"model.width must be > 0 (got {width})")
+    if int(groups) < 1:
+        raise ValueError(f"model.groups must be >= 1 (got {groups})")
+
+
 def resnet16(
     input_shape: tuple[int, ...],
     n_classes: int,
@@ -101,23 +125,30 @@ def resnet16(
     """ResNet16 (GroupNorm) for images of ``input_shape = (C, H, W)``.
 
     ``width`` multiplies the stage widths 64/128/256/512 (e.g. 0.25 for smoke tests); each
-    width stays a multiple of ``groups``.
+    width stays a multiple of ``groups``.  ``stem_pool``: the stem's max-pool.
 
     Raises:
         ValueError: the input is not an image (C, H, W), or a bad width/groups.
     """
-    if len(input_shape) != 3:
-        raise ValueError(
-            "it needs image rows of shape (C, H, W); use model=logreg or model=mlp for tabular data"
-        )
-    if not width > 0:
-        raise ValueError(f"model.width must be > 0 (got {width})")
-    if int(groups) < 1:
-        raise ValueError(f"model.groups must be >= 1 (got {groups})")
+    _check_image_options(input_shape, width, groups)
     widths = tuple(max(int(groups), int(round(w * width / groups)) * int(groups)) for w in (64, 128, 256, 512))
-    return ResNet(
-        int(input_shape[0]), n_classes, blocks=tuple(int(b) for b in blocks), widths=widths, groups=int(groups), stem_pool=bool(stem_pool)
-    )
+    stem = imagenet_stem(int(input_shape[0]), widths[0], int(groups), pool=bool(stem_pool))
+    return ResNet(stem, n_classes, blocks=tuple(int(b) for b in blocks), widths=widths, groups=int(groups))
+
+
+def resnet20(input_shape: tuple[int, ...], n_classes: int, *, width: float = 1.0, groups: int = 16) -> ResNet:
+    """ResNet20 (GroupNorm) for images of ``input_shape = (C, H, W)``.
+
+    ``width`` multiplies the stage widths 16/32/64, each then a multiple of ``groups``; at 1.0
+    the widths stay 16/32/64 whatever ``groups`` (the norm caps its groups at the channels).
+
+    Raises:
+        ValueError: the input is not an image, or a bad width / groups.
+    """
+    _check_image_options(input_shape, width, groups)
+    groups, width = int(groups), float(width)
+    widths = [max(groups, int(round(w * width / groups)) * groups) if width != 1.0 else w for w in (16, 32, 64)]
+    return ResNet(cifar_stem(int(input_shape[0]), widths[0], groups), n_classes, blocks=(3, 3, 3), widths=widths, groups=groups)
 
 
 def n_parameters(model: nn.Module) -> int:

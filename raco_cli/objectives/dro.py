@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -46,9 +47,14 @@ def divergence_of(spec: ObjectiveSpec) -> Divergence:
     return divergence(spec.divergence, k=spec.k, alpha=spec.alpha)
 
 
+Form = TypeVar("Form", bound="DualBlock")
+
+
 @dataclass(frozen=True)
-class DualForm:
-    """Paper eq. 3 (and eq. 5 through it for kl): the dual block is ``(eta,)`` or ``(eta, lambda)``."""
+class DualBlock:
+    """What :class:`DualForm` and :class:`Lagrangian` share: the divergence psi, the radius rho,
+    and lambda, fixed at ``lambda0`` or (the KL-constrained problem, ``variable_lambda``) a dual
+    variable of its own beside eta: the dual block is ``(eta,)`` or ``(eta, lambda)``."""
 
     psi: Divergence
     rho: float
@@ -56,12 +62,17 @@ class DualForm:
     variable_lambda: bool
 
     @classmethod
-    def of(cls, spec: ObjectiveSpec) -> DualForm:
+    def of(cls: type[Form], spec: ObjectiveSpec) -> Form:
         return cls(divergence_of(spec), rho=spec.rho, lambda0=spec.lambda0, variable_lambda=spec.compositional)
 
     @property
     def dual_dim(self) -> int:
         return 2 if self.variable_lambda else 1
+
+
+@dataclass(frozen=True)
+class DualForm(DualBlock):
+    """Paper eq. 3 (and eq. 5 through it for kl): the dual block is ``(eta,)`` or ``(eta, lambda)``."""
 
     def x_weights(self, ell: torch.Tensor, eta: float, lam: float) -> torch.Tensor:
         """``w_i = (psi*)'(u_i)``: ``grad_x L_i = w_i grad l_i``."""
@@ -135,21 +146,8 @@ class Compositional:
 
 
 @dataclass(frozen=True)
-class Lagrangian:
+class Lagrangian(DualBlock):
     """Eq. 2 as a minimax problem over (x, eta[, lambda]) and per-record ratios r (SGDA)."""
-
-    psi: Divergence
-    rho: float
-    lambda0: float
-    variable_lambda: bool
-
-    @classmethod
-    def of(cls, spec: ObjectiveSpec) -> Lagrangian:
-        return cls(divergence_of(spec), rho=spec.rho, lambda0=spec.lambda0, variable_lambda=spec.compositional)
-
-    @property
-    def dual_dim(self) -> int:
-        return 2 if self.variable_lambda else 1
 
     def dual_terms(self, r: torch.Tensor) -> torch.Tensor:
         """Per-record data terms of the (eta[, lambda]) gradient, (b, dual_dim): ``r_i`` and

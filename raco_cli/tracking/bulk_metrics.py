@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raco_cli.tracking.retry import retrying
+
 # rows per transaction: runs are kept whole; a SQLite writer holds the database lock for
 # the whole transaction, and parallel group jobs wait for it (busy timeout 20 s)
 ROWS_PER_TRANSACTION = 50_000
@@ -31,8 +33,6 @@ class _Fallback(Exception):
 
 def log_metrics_bulk(client: Any, metrics_by_run: Mapping[str, Sequence[Any]]) -> None:
     """Log ``{run_id: [mlflow.entities.Metric, ...]}`` as ``client.log_batch`` would, run by run."""
-    from raco_cli.tracking.mlflow_store import retrying
-
     todo = {run_id: list(ms) for run_id, ms in metrics_by_run.items() if ms}
     store = _sql_store(client)
     if store is None:
@@ -48,8 +48,6 @@ def log_metrics_bulk(client: Any, metrics_by_run: Mapping[str, Sequence[Any]]) -
 
 
 def _per_run(client: Any, run_id: str, metrics: Sequence[Any]) -> None:
-    from raco_cli.tracking.mlflow_store import retrying
-
     for start in range(0, len(metrics), _LOG_BATCH_LIMIT):
         retrying(client.log_batch, run_id, metrics=metrics[start : start + _LOG_BATCH_LIMIT])
 

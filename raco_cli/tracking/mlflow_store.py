@@ -1,9 +1,9 @@
 """The only module that talks to MLflow: run lifecycle, metrics, artifacts, sweep parents.
 
-Every call goes through :func:`retrying`, because a SQLite store shared by parallel jobs
-answers "database is locked" under contention; MLflow calls are idempotent per run id
-(metrics carry their step and timestamp), so retrying cannot duplicate a record that
-failed.
+Every call goes through :func:`~raco_cli.tracking.retry.retrying`, because a SQLite store
+shared by parallel jobs answers "database is locked" under contention; MLflow calls are
+idempotent per run id (metrics carry their step and timestamp), so retrying cannot duplicate a
+record that failed.
 """
 
 from __future__ import annotations
@@ -11,22 +11,21 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import random
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from raco_cli.errors import TrackingError
 from raco_cli.methods.base import EvalRecord
+from raco_cli.tracking.bulk_metrics import log_metrics_bulk
+from raco_cli.tracking.retry import retrying
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-RETRIES = 12
 HEARTBEAT_EVERY_S = 60.0
 # a RUNNING run of another host is stale after this long without a heartbeat
 STALE_AFTER_S = float(os.environ.get("RACO_STALE_AFTER_S", "900"))
@@ -38,23 +37,6 @@ EVAL_METRICS = (
     "worst_group_accuracy", "worst_class_accuracy", "roc_auc", "f1", "grad_norm", "dro_objective",
     "auc_loss", "auc_confidence",
 )  # fmt: skip
-
-
-def _is_transient(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return any(s in text for s in ("database is locked", "database table is locked", "busy", "connection refused", "temporarily unavailable", "max retries exceeded"))
-
-
-def retrying(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call ``fn`` and retry with jittered exponential backoff on transient store errors."""
-    for attempt in range(RETRIES):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises many types for the same lock
-            if attempt == RETRIES - 1 or not _is_transient(exc):
-                raise
-            time.sleep(min(5.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
 
 
 def artifact_root_for(uri: str) -> str | None:
@@ -426,8 +408,6 @@ class RunRecorder:
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
     """Log the buffered metrics of several runs, in bulk per shared client
     (:mod:`raco_cli.tracking.bulk_metrics`); a recorder's buffer is emptied once written."""
-    from raco_cli.tracking.bulk_metrics import log_metrics_bulk
-
     by_client: dict[int, list[RunRecorder]] = {}
     for rec in recorders:
         if rec is not None and rec._pending:

@@ -1,0 +1,239 @@
+"""The shape of the package, read from the source with ``ast`` (no module is imported).
+
+Two rules keep ``raco_cli`` readable from the top down:
+
+* no import cycle between modules: a newcomer can read any module after the ones it imports;
+  function-local imports count, since they only hide a cycle, they do not break it;
+* no module takes an underscore name from another: a name shared across modules is public.
+
+Edges are import statements only; ``importlib.import_module`` (the method and dataset
+registries) is dispatch by name and not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "raco_cli"
+
+
+@cache
+def module_files() -> dict[str, Path]:
+    """``raco_cli.figures.plots -> .../raco_cli/figures/plots.py``; a package is its ``__init__``."""
+    out = {}
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+@cache
+def _tree(module: str) -> ast.Module:
+    path = module_files()[module]
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _from_base(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` statement names (relative imports resolved)."""
+    if node.level == 0:
+        return node.module or ""
+    is_package = module_files()[module].name == "__init__.py"
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, *([node.module] if node.module else [])])
+
+
+def _longest_module(dotted: str) -> str | None:
+    """The longest prefix of ``dotted`` that is a module of the package."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in module_files():
+            return ".".join(parts[:n])
+    return None
+
+
+def imports_of(module: str) -> Iterator[tuple[str, str | None, int]]:
+    """``(target module, imported name or None, line)`` for every import of a package module
+    in ``module``, wherever the statement stands (functions, ``if TYPE_CHECKING`` included)."""
+    for node in ast.walk(_tree(module)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _longest_module(alias.name)
+                if target is not None:
+                    yield target, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_base(module, node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in module_files():  # `from pkg import submodule`
+                    yield f"{base}.{alias.name}", None, node.lineno
+                elif base in module_files():
+                    yield base, alias.name, node.lineno
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (itself excluded)."""
+    return {m: {t for t, _, _ in imports_of(m) if t != m} for m in module_files()}
+
+
+def tangles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a circle (the strongly
+    connected components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan; the graph is a few hundred nodes, recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(sorted(c) for c in components)
+
+
+def shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One shortest import circle through the component's first module, breadth-first."""
+    start = component[0]
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & set(component)):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [*reversed(path), start]
+                if w not in parent:
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{sorted(component)} is not strongly connected")
+
+
+def private_uses() -> list[str]:
+    """``file:line: name`` for each underscore name a module takes from another package module:
+    ``from raco_cli.a import _x`` or ``a._x`` where ``a`` is bound to a package module by an import."""
+    found: set[tuple[str, int, str]] = set()
+    for module in module_files():
+        where = _file(module)
+        bound: dict[str, str] = {}  # local name -> package module it is bound to
+        for target, name, line in imports_of(module):
+            if name is not None and is_private(name) and target != module:
+                found.add((where, line, f"from {target} import {name}"))
+        tree = _tree(module)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in module_files():
+                        bound[alias.asname] = alias.name
+                    elif alias.name.split(".")[0] == PACKAGE:
+                        bound[PACKAGE] = PACKAGE
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_base(module, node)
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in module_files():
+                        bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                chain = _dotted(node)
+                if chain is None or chain[0] not in bound:
+                    continue
+                target = bound[chain[0]]
+                for attr in chain[1:]:
+                    if is_private(attr) and target != module:
+                        found.add((where, node.lineno, f"{'.'.join(chain)} ({target}.{attr})"))
+                        break
+                    if f"{target}.{attr}" not in module_files():
+                        break
+                    target = f"{target}.{attr}"
+    return [f"{where}:{line}: {what}" for where, line, what in sorted(found)]
+
+
+def _dotted(node: ast.Attribute) -> list[str] | None:
+    """``a.b.c`` -> ``["a", "b", "c"]``; None when the chain does not start at a plain name."""
+    parts: list[str] = []
+    cur: ast.expr = node
+    while isinstance(cur, ast.Attribute):
+        parts.append(cur.attr)
+        cur = cur.value
+    if not isinstance(cur, ast.Name):
+        return None
+    return [cur.id, *reversed(parts)]
+
+
+def _file(module: str) -> str:
+    return str(module_files()[module].relative_to(ROOT))
+
+
+def describe(graph: dict[str, set[str]], tangle: list[str]) -> str:
+    circle = " -> ".join(_file(m) for m in shortest_cycle(graph, tangle))
+    return f"{', '.join(_file(m) for m in tangle)}\n    e.g. {circle}"
+
+
+def test_relative_imports_resolve_from_the_importing_module() -> None:
+    def base(module: str, statement: str) -> str:
+        node = ast.parse(statement).body[0]
+        assert isinstance(node, ast.ImportFrom)
+        return _from_base(module, node)
+
+    assert base("raco_cli.objectives.dro", "from . import divergences") == "raco_cli.objectives"
+    assert base("raco_cli.objectives.dro", "from ..figures.canvas import save") == "raco_cli.figures.canvas"
+    assert base("raco_cli.models", "from .resnet import resnet16") == "raco_cli.models.resnet"  # a package's __init__
+
+
+def test_the_graph_sees_function_local_and_module_level_imports() -> None:
+    graph = import_graph()
+    assert len(graph) > 50 and all(m.startswith(PACKAGE) for m in graph)
+    # a function-local import into a package's __init__ (models imports torch code only when
+    # a model is built) and a module-level one
+    assert "raco_cli.models.resnet" in graph["raco_cli.models"]
+    assert "raco_cli.figures.canvas" in graph["raco_cli.figures.plots"]
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = import_graph()
+    found = tangles(graph)
+    assert not found, "modules that import each other round a circle:\n" + "\n".join(describe(graph, t) for t in found)
+
+
+def test_no_module_takes_a_private_name_from_another() -> None:
+    found = private_uses()
+    assert not found, "underscore names used across modules (make them public):\n" + "\n".join(found)
+
+
+def test_tangles_finds_a_planted_circle() -> None:
+    graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}, "g": {"a"}}
+    assert tangles(graph) == [["a", "b", "c"], ["e", "f"]]
+    assert shortest_cycle(graph, ["a", "b", "c"]) == ["a", "c", "a"]
