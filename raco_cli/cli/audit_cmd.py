@@ -134,7 +134,8 @@ def main(argv: list[str]) -> int:
         raise ConfigError("raco audit takes key=value overrides only (no flags, no --multirun); see raco audit --help.")
     audit_kw, rest = parse_audit_args(argv)
     out_dir = Path(str(audit_kw.pop("out", None) or Path("outputs") / "audits" / time.strftime("%Y-%m-%d/%H-%M-%S")))
-    from raco_cli.audit.one_run import AuditSpec, run_audit
+    from raco_cli.audit.one_run import run_audit
+    from raco_cli.audit.result import AuditSpec
 
     audit = AuditSpec(**audit_kw)  # type: ignore[arg-type]
     from raco_cli.cli.plugins import register_resolvers

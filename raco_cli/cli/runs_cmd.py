@@ -27,7 +27,8 @@ def main(argv: list[str]) -> int:
         if exc.code in (0, None):
             return 0
         raise ConfigError("Invalid arguments for raco runs; see raco runs --help.") from None
-    from raco_cli.tracking.mlflow_store import client, mark_stale_runs, retrying
+    from raco_cli.tracking.mlflow_store import client, mark_stale_runs
+    from raco_cli.tracking.retry import retrying
 
     c = client(args.uri)
     exp = retrying(c.get_experiment_by_name, args.experiment)

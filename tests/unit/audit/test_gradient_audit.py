@@ -11,7 +11,8 @@ from torch import nn
 
 from raco_cli.audit import gradient
 from raco_cli.audit.faults import gradient_mechanism
-from raco_cli.audit.one_run import AuditSpec, run_audit
+from raco_cli.audit.one_run import run_audit
+from raco_cli.audit.result import AuditSpec
 from raco_cli.cli.validate import compose_config, prevalidate
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from raco_cli.audit.faults import histogram_mechanism
-from raco_cli.audit.one_run import AuditSpec, run_audit
+from raco_cli.audit.one_run import run_audit
+from raco_cli.audit.result import AuditSpec
 from raco_cli.cli.validate import compose_config, prevalidate
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import core
