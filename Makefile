@@ -39,8 +39,8 @@ test: $(STAMP) ## fast tests + doctests (not slow, not gpu, not slurm)
 test-mutants: $(STAMP) ## privacy mutation suite: plant each bug of tests/mutants/ in a scratch copy, run the tests that must catch it
 	$(BIN)/python tests/mutants/mutate.py --jobs $(MUTANT_JOBS) $(ARGS)
 
-test-slow: $(STAMP) ## slow tests only (minutes)
-	$(PYTEST) -m "slow and not gpu and not slurm" -q
+test-slow: $(STAMP) ## slow tests only (~8 min on 2 cores; CI runs them)
+	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "slow and not gpu and not slurm" -n 2 -q
 
 test-trust: $(STAMP) ## trust suite incl. slow: audit, bad input, data/process/numerical faults, concurrency
 	$(PYTEST) -q -p no:cacheprovider tests/unit/audit tests/config/test_bad_input.py tests/unit/data/test_data_faults.py \
