@@ -14,7 +14,7 @@ learning rates, tau, lambda_max, clip norm, DP-FERMI's options) are trained toge
   equivalence tests pin selected step, metrics and model to 1e-6);
 * one gather of every run's batch rows and one batched matrix product per stage;
 * every ``eval_every`` steps one evaluation of all runs per split, then each run's own
-  checkpoint rule (:class:`raco_cli.methods.core.Checkpoints`: private report-noisy-max and
+  checkpoint rule (:class:`raco_cli.methods.training.Checkpoints`: private report-noisy-max and
   noisy feasibility windows in ``privacy.scope=model``, exact selection in ``paper``).
 
 Every noisy release of the group passes through :func:`raco_cli.privacy.releases.release`
@@ -42,7 +42,7 @@ from torch import nn
 
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import SPLITS, TabularData
-from raco_cli.methods import core
+from raco_cli.methods import core, training
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds, TrainResult
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
@@ -128,7 +128,7 @@ class GroupRows:
     ``norm`` is ``sqrt(|x|^2 + 1)`` (the row norm of the closed-form linear gradient), or, when
     the runs standardise the first m columns each their own way, ``|x[m:]|^2`` (each run adds
     its own standardised part).  Rows with a non-finite feature are neutralised as
-    :class:`raco_cli.methods.core.Rows` does: zero features, infinite norm, no cell (unless
+    :class:`raco_cli.methods.training.Rows` does: zero features, infinite norm, no cell (unless
     ``neutralise_cells`` is false).
     """
 
@@ -185,7 +185,7 @@ class GroupEvaluator:
     """Exact logits of every run on every split, then :func:`evaluate_many`.
 
     ``model_scope``: train is not evaluated and validation only counts correct predictions
-    (what :class:`raco_cli.methods.core.Checkpoints` uses in ``privacy.scope=model``).
+    (what :class:`raco_cli.methods.training.Checkpoints` uses in ``privacy.scope=model``).
     """
 
     def __init__(self, data: TabularData, members: Sequence[Member], device: torch.device, *, model_scope: bool) -> None:
@@ -250,7 +250,7 @@ class GroupEvaluator:
 
 
 class GroupOptimizer:
-    """The primal update of :class:`raco_cli.methods.core._Optimizer` for R runs at once:
+    """The primal update of :class:`raco_cli.methods.training._Optimizer` for R runs at once:
     plain SGD, heavy-ball momentum or Adam (torch's update rules, defaults betas (0.9, 0.999),
     eps 1e-8), each run with its own step size (and momentum)."""
 
@@ -377,7 +377,7 @@ def initial_parameters(members: Sequence[Member], device: torch.device) -> tuple
 
     layers = []
     for m in members:
-        core.initialize(m.model, m.seeds.init)
+        training.initialize(m.model, m.seeds.init)
         m.model.to(device)
         layers.append(linear_layer(m.model))
     W = torch.stack([layer.weight.detach().clone() for layer in layers])
@@ -390,14 +390,14 @@ def per_run(values: Sequence[float], device: torch.device, *, dims: int = 3, dty
 
 
 class GroupCheckpoints:
-    """Each run's :class:`raco_cli.methods.core.Checkpoints`, fed one group evaluation."""
+    """Each run's :class:`raco_cli.methods.training.Checkpoints`, fed one group evaluation."""
 
     def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device) -> None:
         self.members, self.layers = members, layers
         self.model_scope = members[0].spec.scope == "model"
         self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
         self.runs = [
-            core.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
+            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
             for m in members
         ]
 
