@@ -8,10 +8,10 @@ from types import ModuleType
 from raco_cli.errors import unknown_name
 
 METHODS: dict[str, str] = {
-    "raco_dp": "raco_cli.methods.raco_dp",
-    "dp_sgd": "raco_cli.methods.dp_sgd",
-    "sgd": "raco_cli.methods.sgd",
-    "sgda": "raco_cli.methods.sgda",
+    "raco_dp": "raco_cli.methods.sgda.raco_dp",
+    "dp_sgd": "raco_cli.methods.sgda.dp_sgd",
+    "sgd": "raco_cli.methods.sgda.sgd",
+    "sgda": "raco_cli.methods.sgda.sgda",
     "dp_fermi": "raco_cli.methods.dp_fermi",
     "dpse": "raco_cli.methods.dpse",
     "dp_double_spider": "raco_cli.methods.dp_double_spider",

@@ -9,7 +9,7 @@ learning rates, tau, lambda_max, clip norm, DP-FERMI's options) are trained toge
 
 * weights (R, K, d) and biases (R, K), per-run duals (R, J) and optimizer states;
 * run r draws its Poisson samples from its own sampling generator and its noise from its own
-  noise generator, in the same order as the one-run loop (:mod:`raco_cli.methods.core`), so
+  noise generator, in the same order as the one-run loop (:mod:`raco_cli.methods.sgda.core`), so
   run r of a group computes what it computes alone, up to float summation order (the
   equivalence tests pin selected step, metrics and model to 1e-6);
 * one gather of every run's batch rows and one batched matrix product per stage;
@@ -42,8 +42,9 @@ from torch import nn
 
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import SPLITS, TabularData
-from raco_cli.methods import core, training
+from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds, TrainResult
+from raco_cli.methods.sgda import core
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
 from raco_cli.privacy import releases
@@ -428,7 +429,7 @@ def run_core(
     device: torch.device,
     reporter: Reporter | None = None,
 ) -> list[TrainResult]:
-    """:func:`raco_cli.methods.core.run` of R runs at once; one :class:`TrainResult` per run.
+    """:func:`raco_cli.methods.sgda.core.run` of R runs at once; one :class:`TrainResult` per run.
 
     ``reporter`` (optional) gets the group's steps (a progress bar); each member's reporter
     gets its evaluations, and a step report at every evaluation (heartbeats).
@@ -572,7 +573,7 @@ def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, no
 def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperature: torch.Tensor | None) -> torch.Tensor:
     """Exact histograms (R, Q, K) float64 of each run's batch (class-major logits z (R, K, L),
     cells (R, L, Q); paper eq. 8), as
-    :func:`raco_cli.methods.core._histogram` (pad slots have no cell)."""
+    :func:`raco_cli.methods.sgda.core._histogram` (pad slots have no cell)."""
     if hard:
         probs = nn.functional.one_hot(z.argmax(dim=1), z.shape[1]).to(z.dtype).transpose(1, 2)
     else:

@@ -2,7 +2,7 @@
 initialisation, the primal optimizer, the exact evaluation of every split and the checkpoint
 rule (:class:`Checkpoints`).
 
-The SGDA loop (:mod:`raco_cli.methods.core`), DP-FERMI, DPSE, the DRO loops and the
+The SGDA loop (:mod:`raco_cli.methods.sgda.core`), DP-FERMI, DPSE, the DRO loops and the
 batched engine all train through these, so a checkpoint, an evaluation or an optimizer step
 means the same for every method.
 """

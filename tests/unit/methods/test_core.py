@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods import core, dp_sgd, raco_dp, sgda, training
+from raco_cli.methods import training
 from raco_cli.methods.base import EvalRecord, MethodSpec, NullReporter, Seeds, select_checkpoint
 from raco_cli.methods.gradients import ClippedSum, LinearEngine
+from raco_cli.methods.sgda import core, dp_sgd, raco_dp, sgda
 
 
 def _fit(module, data, spec, steps, seed=0):

@@ -65,8 +65,8 @@ def test_noiseless_clipped_gradient_equals_opacus(synthetic, clip, model_name):
 def test_noise_scale_equals_opacus(synthetic, monkeypatch):
     """The noise of one step on the averaged gradient: std sigma*C/B in both."""
     from raco_cli import constraints
-    from raco_cli.methods import dp_sgd
     from raco_cli.methods.gradients import ClippedSum, LinearEngine
+    from raco_cli.methods.sgda import dp_sgd
 
     sigma, clip, B = 2.0, 0.5, 100
     model = nn.Sequential(nn.Flatten(), nn.Linear(400, 10))

@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
-from raco_cli.methods import core, dro_sgda
+from raco_cli.methods import dro_sgda
 from raco_cli.methods.base import MethodSpec
 from raco_cli.methods.dro_common import DroRun
+from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 
 NAME = "sgda"

@@ -1,25 +1,19 @@
-"""DP-SGD (Abadi et al. 2016) with Poisson sampling: RaCO-DP's loop without histogram or dual.
-
-Same clipping semantics as Opacus (per-sample clip to C, N(0, (sigma C)^2) on the sum, divided
-by the expected batch size q|D|).  DpEvent tree::
-
-    SelfComposed(PoissonSampled(q, Gaussian(sigma)), T)
-"""
+"""Non-private, unconstrained SGD (Poisson batches, no clipping, no noise).  Not private."""
 
 from __future__ import annotations
 
-from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 
-NAME = "dp_sgd"
-PRIVATE = True
+NAME = "sgd"
+PRIVATE = False
 TASKS = ("classification", "regression")  # task=regression: squared loss on the linear model (docs/dpse.md)
-FLAGS = core.CoreFlags(private=True, constrained=False, hist_noise=False)
+FLAGS = core.CoreFlags(private=False, constrained=False, hist_noise=False)
 
 
 def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True):
-    return events.gaussian_step(sample_rate=sample_rate, noise_multiplier=spec.required("noise_multiplier"))
+    return events.non_private()
 
 
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):

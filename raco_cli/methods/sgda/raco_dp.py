@@ -11,8 +11,8 @@ with ``sampling=independent`` (default), or with ``sampling=shared`` (one batch)
 
 from __future__ import annotations
 
-from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 
 NAME = "raco_dp"
