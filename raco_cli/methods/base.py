@@ -281,7 +281,7 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
     if not history:
         raise ValueError("no evaluation recorded")
     if rule == "random":  # the random iterate is drawn and kept by the methods that support it
-        raise ValueError("selection=random is resolved by the method (raco_cli.methods.dro_common), not here")
+        raise ValueError("selection=random is resolved by the method (raco_cli.methods.dro.common), not here")
     if rule == "last":
         i = len(history) - 1
         return i, bool(history[i].metrics["train"]["satisfied"])

@@ -4,7 +4,7 @@ SPIDER estimators for the dual block (eta; and lambda for the KL-constrained for
 a large-batch refresh every ``options.phase`` steps and per-record gradient-difference
 corrections in between; every release clipped per record and noised (the printed algorithm
 clips batch means); random-iterate output by default.  The loop and the DpEvent tree are in
-:mod:`raco_cli.methods.dro_spider`::
+:mod:`raco_cli.methods.dro.spider`::
 
     Composed[SelfComposed(Composed[PS(q1, G(sigma_1)), PS(q1, G(sigma_3))], ceil(T/q)),
              SelfComposed(Composed[PS(q, G(sigma_2)), PS(q, G(sigma_4))], T - ceil(T/q))]
@@ -12,9 +12,9 @@ clips batch means); random-iterate output by default.  The loop and the DpEvent 
 
 from __future__ import annotations
 
-from raco_cli.methods import dro_spider
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun, require_dro
+from raco_cli.methods.dro import spider as dro_spider
+from raco_cli.methods.dro.common import DroRun, require_dro
 
 NAME = "dp_double_spider"
 PRIVATE = True

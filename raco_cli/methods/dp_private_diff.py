@@ -6,7 +6,7 @@ Gradient-difference (restart every ``options.phase`` rounds) estimators of the m
 ``options.inner_steps`` ascent steps on the sampled records' density ratios per round.  How
 it follows the published update, and where it departs (same-record differences, per-record
 clipping, Poisson sampling, no output perturbation of the never-released dual), is in
-:mod:`raco_cli.methods.dro_sgda`.  DpEvent tree::
+:mod:`raco_cli.methods.dro.sgda`.  DpEvent tree::
 
     Composed[SelfComposed(PS(q, Composed[G(sigma_1), G(sigma_dual)]), ceil(T/q)),
              SelfComposed(PS(q, Composed[G(sigma_2), G(sigma_dual_diff)]), T - ceil(T/q))]
@@ -14,9 +14,9 @@ clipping, Poisson sampling, no output perturbation of the never-released dual), 
 
 from __future__ import annotations
 
-from raco_cli.methods import dro_sgda
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun, require_dro
+from raco_cli.methods.dro import sgda as dro_sgda
+from raco_cli.methods.dro.common import DroRun, require_dro
 
 NAME = "dp_private_diff"
 PRIVATE = True

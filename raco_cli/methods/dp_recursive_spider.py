@@ -3,7 +3,7 @@
 ``w = (x, lambda)``: private SPIDER estimators of ``mean grad_x g`` (v) and ``mean dg/dlambda`` (u)
 with ``g_i = exp(l_i / lambda)`` (refresh every ``options.phase`` steps, per-record differences in
 between), a STORM estimate s of the inner mean on its own Poisson batch (line 16), and the step
-``z_t`` of line 18.  Loop and DpEvent tree in :mod:`raco_cli.methods.dro_spider`::
+``z_t`` of line 18.  Loop and DpEvent tree in :mod:`raco_cli.methods.dro.spider`::
 
     Composed[SelfComposed(Composed[PS(q1, G(sigma_1)), PS(q1, G(sigma_3)), PS(q5, G(sigma_s))], ceil(T/q)),
              SelfComposed(Composed[PS(q, G(sigma_2)), PS(q, G(sigma_4)), PS(q5, G(sigma_s))], T - ceil(T/q))]
@@ -11,9 +11,9 @@ between), a STORM estimate s of the inner mean on its own Poisson batch (line 16
 
 from __future__ import annotations
 
-from raco_cli.methods import dro_spider
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun, require_dro
+from raco_cli.methods.dro import spider as dro_spider
+from raco_cli.methods.dro.common import DroRun, require_dro
 
 NAME = "dp_recursive_spider"
 PRIVATE = True

@@ -2,16 +2,16 @@
 
 Descent on (x, eta[, lambda]) with noisy per-record-clipped gradient sums, ascent on the
 per-record density ratios (hidden state, never released); loop and DpEvent tree in
-:mod:`raco_cli.methods.dro_sgda`::
+:mod:`raco_cli.methods.dro.sgda`::
 
     SelfComposed(PoissonSampled(q, Composed[Gaussian(sigma), Gaussian(sigma_dual)]), T)
 """
 
 from __future__ import annotations
 
-from raco_cli.methods import dro_sgda
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun, require_dro
+from raco_cli.methods.dro import sgda as dro_sgda
+from raco_cli.methods.dro.common import DroRun, require_dro
 
 NAME = "dp_sgda"
 PRIVATE = True

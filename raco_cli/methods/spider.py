@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from raco_cli.errors import ConfigError
-from raco_cli.methods import dro_spider
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun, require_dro
+from raco_cli.methods.dro import spider as dro_spider
+from raco_cli.methods.dro.common import DroRun, require_dro
 from raco_cli.privacy import events
 
 NAME = "spider"

@@ -2,15 +2,15 @@
 
 * ``objective=erm``: constrained SGDA, exact histogram, no clipping, no noise (RaCO-DP's
   reference): the same loop as RaCO-DP with the privacy stages switched off.
-* ``objective=dro``: SGDA on the DRO minimax form (:mod:`raco_cli.methods.dro_sgda`), DP-SGDA's
+* ``objective=dro``: SGDA on the DRO minimax form (:mod:`raco_cli.methods.dro.sgda`), DP-SGDA's
   loop without clipping or noise (``options.lr_ratio``: the ratios' ascent step).
 """
 
 from __future__ import annotations
 
-from raco_cli.methods import dro_sgda
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun
+from raco_cli.methods.dro import sgda as dro_sgda
+from raco_cli.methods.dro.common import DroRun
 from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 

@@ -38,7 +38,7 @@ from raco_cli.data.types import TabularData
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult
-from raco_cli.methods.dro_engine import Point, clip_rows, record_engine
+from raco_cli.methods.dro.engine import Point, clip_rows, record_engine
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.membership import membership_inference
 from raco_cli.objectives.dro import worst_case

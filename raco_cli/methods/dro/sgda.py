@@ -51,7 +51,7 @@ import dp_accounting as dpa
 import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
-from raco_cli.methods.dro_common import (
+from raco_cli.methods.dro.common import (
     DroRun,
     RefreshDiffReleases,
     Release,
@@ -59,7 +59,7 @@ from raco_cli.methods.dro_common import (
     positive_options,
     refresh_steps,
 )
-from raco_cli.methods.dro_engine import Term
+from raco_cli.methods.dro.engine import Term
 from raco_cli.objectives.dro import Lagrangian
 
 SGDA_DEFAULTS: dict[str, Any] = {
