@@ -91,14 +91,12 @@ def group_key(cfg: Mapping[str, Any]) -> str | None:
     still checks the prepared runs (e.g. ``method.steps=null`` gives each eps its own T) and
     trains apart whatever turns out not to fit together.
     """
-    import importlib
-
     from raco_cli import methods
 
     method = (cfg.get("method") or {}).get("name")
     if (cfg.get("model") or {}).get("name") not in BATCHED_MODELS or method not in methods.METHODS:
         return None
-    if not hasattr(importlib.import_module(methods.METHODS[method]), "fit_many"):
+    if not hasattr(methods.get(method), "fit_many"):
         return None
     import json
 
