@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from raco_cli.cli.paths import PROJECT_ROOT
     from raco_cli.data import sources
     from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
-    from raco_cli.methods.core import resolve_device
+    from raco_cli.methods.training import resolve_device
     from raco_cli.models.resnet import n_parameters
 
     if args.threads:

@@ -16,7 +16,7 @@ directory holds it inside an MLflow model (``<run_dir>/model/artifacts/predictor
 
 Predictions encode new rows with the same code as training (:meth:`TableEncoder.encode`,
 :func:`raco_cli.privacy.preprocessing.scale_rows`) and compute logits with the training
-evaluation's own function (:func:`raco_cli.methods.core.predict_logits`), so on the same
+evaluation's own function (:func:`raco_cli.methods.training.predict_logits`), so on the same
 device a run's test rows get the very predictions its test metrics were computed from.
 """
 
@@ -189,8 +189,8 @@ class Predictor:
         import torch
 
         from raco_cli import models
-        from raco_cli.methods.core import EVAL_CHUNK, predict_logits
         from raco_cli.methods.gradients import engine_for
+        from raco_cli.methods.training import EVAL_CHUNK, predict_logits
 
         net = models.build(str(self.model["name"]), input_shape=(len(self.feature_names),), n_classes=len(self.class_names),
                            options=dict(self.model))

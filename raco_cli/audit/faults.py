@@ -5,7 +5,7 @@ has no key that selects them.  Each one replaces one function the training code 
 the duration of a ``with`` block, so everything else the audit runs is the unmodified
 training code.
 
-Histogram (``audit.target=histogram``; the Laplace sampler of :mod:`raco_cli.methods.core`):
+Histogram (``audit.target=histogram``; the Laplace sampler of :mod:`raco_cli.methods.sgda.core`):
 
 * ``broken_no_noise``: the histogram is released without noise.
 * ``broken_shared_class_noise``: one Laplace draw per histogram row, shared by every
@@ -16,7 +16,7 @@ Histogram (``audit.target=histogram``; the Laplace sampler of :mod:`raco_cli.met
 Gradient (``audit.target=gradient``):
 
 * ``broken_noise_sigma``: the noise on the clipped sum has std sigma instead of sigma * C (the
-  Gaussian sampler of :mod:`raco_cli.methods.core` called with std / C).  Identical to the
+  Gaussian sampler of :mod:`raco_cli.methods.sgda.core` called with std / C).  Identical to the
   correct mechanism at C = 1, so it is audited at C != 1.
 * ``broken_clip_after_sum``: no per-sample clipping; the per-sample gradients are summed and
   the batch mean (sum / q|D|) is clipped to C, i.e. the sum to C q|D| (the clipping of the
@@ -45,7 +45,7 @@ def histogram_mechanism(name: str) -> Iterator[None]:
         return
     import torch
 
-    from raco_cli.methods import core
+    from raco_cli.methods.sgda import core
 
     original = core.laplace_noise
 
@@ -77,7 +77,8 @@ def gradient_mechanism(name: str, *, clip_norm: float, expected_batch: float) ->
         return
     import torch
 
-    from raco_cli.methods import core, gradients
+    from raco_cli.methods import gradients
+    from raco_cli.methods.sgda import core
 
     if name == "broken_noise_sigma":
         original_noise = core.gaussian_noise

@@ -1,6 +1,7 @@
 """The method interface: a typed spec in, a :class:`TrainResult` out.
 
-A method module exposes
+A method (a module, or an object with the same attributes such as the DRO family's
+:class:`raco_cli.methods.dro.methods.DroMethod`; :data:`Method`) exposes
 
 * ``NAME`` and ``PRIVATE`` (bool),
 * ``step_event(spec, sample_rate, *, constrained) -> DpEvent``: the releases of one step,
@@ -44,6 +45,9 @@ Selection = Literal["best_feasible", "last", "random"]
 Dual = Literal["soft", "hard"]
 Optimizer = Literal["sgd", "momentum", "adam"]
 SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/privacy.md)
+# a method as the registry returns it (module docstring): its optional members are probed with
+# getattr / hasattr, so it is typed no closer than this
+Method = Any
 
 
 @dataclass(frozen=True)
@@ -281,7 +285,7 @@ def select_checkpoint(history: list[EvalRecord], rule: Selection) -> tuple[int, 
     if not history:
         raise ValueError("no evaluation recorded")
     if rule == "random":  # the random iterate is drawn and kept by the methods that support it
-        raise ValueError("selection=random is resolved by the method (raco_cli.methods.dro_common), not here")
+        raise ValueError("selection=random is resolved by the method (raco_cli.methods.dro.common), not here")
     if rule == "last":
         i = len(history) - 1
         return i, bool(history[i].metrics["train"]["satisfied"])

@@ -5,16 +5,18 @@ is Python and dispatch overhead, paid again by every run of a figure.  Runs that
 data, the split, the model (logistic regression), the method, T, the batch size and every
 structural switch (sampling and dual modes, optimizer, selection rule, privacy scope,
 ``eval_every``) and differ only in what a sweep varies (seed, gamma, noise multipliers,
-learning rates, tau, lambda_max, clip norm, DP-FERMI's options) are trained together here:
+learning rates, tau, lambda_max, clip norm, DP-FERMI's options) are trained together on the
+pieces of this module (the SGDA methods' loop in :mod:`raco_cli.methods.sgda.batched`,
+DP-FERMI's in its ``fit_many``):
 
 * weights (R, K, d) and biases (R, K), per-run duals (R, J) and optimizer states;
 * run r draws its Poisson samples from its own sampling generator and its noise from its own
-  noise generator, in the same order as the one-run loop (:mod:`raco_cli.methods.core`), so
-  run r of a group computes what it computes alone, up to float summation order (the
-  equivalence tests pin selected step, metrics and model to 1e-6);
+  noise generator, in the same order as the one-run loops (:mod:`raco_cli.methods.sgda.core`,
+  :mod:`raco_cli.methods.dp_fermi`), so run r of a group computes what it computes alone, up
+  to float summation order (the equivalence tests pin selected step, metrics and model to 1e-6);
 * one gather of every run's batch rows and one batched matrix product per stage;
 * every ``eval_every`` steps one evaluation of all runs per split, then each run's own
-  checkpoint rule (:class:`raco_cli.methods.core.Checkpoints`: private report-noisy-max and
+  checkpoint rule (:class:`raco_cli.methods.training.Checkpoints`: private report-noisy-max and
   noisy feasibility windows in ``privacy.scope=model``, exact selection in ``paper``).
 
 Every noisy release of the group passes through :func:`raco_cli.privacy.releases.release`
@@ -31,7 +33,6 @@ the weights, so R runs never hold R copies of the features.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,18 +43,15 @@ from torch import nn
 
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import SPLITS, TabularData
-from raco_cli.methods import core
-from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds, TrainResult
+from raco_cli.methods import training
+from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
-from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
     laplace_noise,
     noise_source,
-    poisson_sample_many,
-    sampling_generator,
 )
 from raco_cli.privacy.preprocessing import standardize_columns
 
@@ -128,7 +126,7 @@ class GroupRows:
     ``norm`` is ``sqrt(|x|^2 + 1)`` (the row norm of the closed-form linear gradient), or, when
     the runs standardise the first m columns each their own way, ``|x[m:]|^2`` (each run adds
     its own standardised part).  Rows with a non-finite feature are neutralised as
-    :class:`raco_cli.methods.core.Rows` does: zero features, infinite norm, no cell (unless
+    :class:`raco_cli.methods.training.Rows` does: zero features, infinite norm, no cell (unless
     ``neutralise_cells`` is false).
     """
 
@@ -185,7 +183,7 @@ class GroupEvaluator:
     """Exact logits of every run on every split, then :func:`evaluate_many`.
 
     ``model_scope``: train is not evaluated and validation only counts correct predictions
-    (what :class:`raco_cli.methods.core.Checkpoints` uses in ``privacy.scope=model``).
+    (what :class:`raco_cli.methods.training.Checkpoints` uses in ``privacy.scope=model``).
     """
 
     def __init__(self, data: TabularData, members: Sequence[Member], device: torch.device, *, model_scope: bool) -> None:
@@ -250,7 +248,7 @@ class GroupEvaluator:
 
 
 class GroupOptimizer:
-    """The primal update of :class:`raco_cli.methods.core._Optimizer` for R runs at once:
+    """The primal update of :class:`raco_cli.methods.training._Optimizer` for R runs at once:
     plain SGD, heavy-ball momentum or Adam (torch's update rules, defaults betas (0.9, 0.999),
     eps 1e-8), each run with its own step size (and momentum)."""
 
@@ -377,7 +375,7 @@ def initial_parameters(members: Sequence[Member], device: torch.device) -> tuple
 
     layers = []
     for m in members:
-        core.initialize(m.model, m.seeds.init)
+        training.initialize(m.model, m.seeds.init)
         m.model.to(device)
         layers.append(linear_layer(m.model))
     W = torch.stack([layer.weight.detach().clone() for layer in layers])
@@ -390,14 +388,14 @@ def per_run(values: Sequence[float], device: torch.device, *, dims: int = 3, dty
 
 
 class GroupCheckpoints:
-    """Each run's :class:`raco_cli.methods.core.Checkpoints`, fed one group evaluation."""
+    """Each run's :class:`raco_cli.methods.training.Checkpoints`, fed one group evaluation."""
 
     def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device) -> None:
         self.members, self.layers = members, layers
         self.model_scope = members[0].spec.scope == "model"
         self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
         self.runs = [
-            core.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
+            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
             for m in members
         ]
 
@@ -411,133 +409,6 @@ class GroupCheckpoints:
 
     def finish(self) -> list[tuple[list, int, dict]]:
         return [run.finish() for run in self.runs]
-
-
-def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
-    if violation_sum is None:
-        return [None] * R
-    return [(violation_sum[r].copy(), count) for r in range(R)]
-
-
-def run_core(
-    data: TabularData,
-    members: Sequence[Member],
-    *,
-    flags: core.CoreFlags,
-    steps: int,
-    device: torch.device,
-    reporter: Reporter | None = None,
-) -> list[TrainResult]:
-    """:func:`raco_cli.methods.core.run` of R runs at once; one :class:`TrainResult` per run.
-
-    ``reporter`` (optional) gets the group's steps (a progress bar); each member's reporter
-    gets its evaluations, and a step report at every evaluation (heartbeats).
-    """
-    check_group(members)
-    specs = [m.spec for m in members]
-    spec0, cons0, R = specs[0], members[0].constraints, len(members)
-    for s in specs:
-        if flags.private and (s.clip_norm is None or s.noise_multiplier is None):
-            raise ValueError("a private run needs clip_norm and noise_multiplier")
-        if flags.hist_noise and s.hist_noise_multiplier is None:
-            raise ValueError("histogram noise needs hist_noise_multiplier")
-    constrained = flags.constrained and not cons0.is_empty
-    train_idx = np.asarray(data.splits["train"])
-    n = len(train_idx)
-    q = min(1.0, spec0.batch_size / n)
-    expected_batch = q * n
-    W, b, layers = initial_parameters(members, device)
-    rows = GroupRows(data, train_idx, cons0.cells(data.y[train_idx], data.group[train_idx]), [m.scaling for m in members], device,
-                     n_cells=cons0.Q if constrained else 0)
-    membership, alpha = cons0.membership, cons0.alpha
-    gamma = np.stack([m.constraints.gamma for m in members])  # (R, J)
-    optimizer = GroupOptimizer(specs, device)
-    g_sample = [sampling_generator(m.seeds.sampling, secure=m.spec.secure_rng) for m in members]
-    g_noise = noise_sources(members, device)
-    independent = constrained and spec0.sampling == "independent"
-    clip = per_run([s.clip_norm for s in specs], device, dims=2) if spec0.clip_norm is not None else None  # type: ignore[misc]
-    noise_std = [s.required("noise_multiplier") * s.required("clip_norm") for s in specs] if flags.private else []
-    hist_scale = [s.required("hist_noise_multiplier") for s in specs] if flags.hist_noise and constrained else []
-    temps = [s.temperature for s in specs]
-    temperature = None if all(t == 1.0 for t in temps) else per_run(temps, device)
-    reg_temp = per_run([expected_batch * t for t in temps], device)
-    hard = spec0.dual == "hard"
-    lr_dual = np.array([s.lr_dual for s in specs])[:, None]
-    lambda_max = np.array([s.lambda_max for s in specs])[:, None]
-    floors = np.array([s.denominator_floor for s in specs])[:, None]
-
-    lam = np.zeros((R, cons0.J))
-    checkpoints = GroupCheckpoints(data, members, layers, device)
-    clipped = torch.zeros(R, dtype=torch.long)
-    norm_sum = torch.zeros(R)
-    nonfinite = torch.zeros(R, dtype=torch.long)
-    batch_sum = np.zeros(R, dtype=np.int64)
-    clock = StepClock()
-    counts = {"laplace_histogram": 0, "gaussian_gradient": 0}
-    violation_sum: np.ndarray | None = None
-    violation_steps = 0
-
-    def record(step: int) -> None:
-        nonlocal violation_sum, violation_steps
-        windows = _windows(violation_sum if flags.hist_noise else None, violation_steps, R)
-        checkpoints.record(step, W, b, lam, windows)
-        violation_sum, violation_steps = None, 0
-
-    record(0)
-    for t in range(1, steps + 1):
-        t0 = time.perf_counter()
-        idx, lengths = poisson_sample_many(n, q, g_sample, count=2 if independent else 1)
-        L = idx.shape[2]
-        batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
-        grad_rows = {k: v[:, -L:] for k, v in batch.items()}
-        c, g_dual, z = None, None, None
-        if constrained:
-            with torch.no_grad():
-                z_all = group_logits(W, b, batch["X"])
-            z_h, z = z_all[:, :, :L], z_all[:, :, -L:]
-            H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
-            if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
-                H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
-                counts["laplace_histogram"] += 1
-            weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
-            violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
-            violation_steps += 1
-            c = torch.bmm(torch.as_tensor(weights, device=device).float().transpose(1, 2), grad_rows["cellhot"].transpose(1, 2))
-        else:
-            with torch.no_grad():
-                z = group_logits(W, b, grad_rows["X"])
-        res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
-        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
-        grads = [res.grad_w, res.grad_b]
-        if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
-            counts["gaussian_gradient"] += 1
-            grads = releases.release(
-                "gradient",
-                lambda gw=res.grad_w, gb=res.grad_b: [gw + gaussian_many(tuple(gw.shape[1:]), noise_std, g_noise, dtype=gw.dtype),  # type: ignore[misc]
-                                                      gb + gaussian_many(tuple(gb.shape[1:]), noise_std, g_noise, dtype=gb.dtype)],
-            )
-        optimizer.step([W, b], grads, scale=1.0 / expected_batch)
-        if g_dual is not None:  # paper eq. 12 and line 13, per run
-            lam = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
-        evaluate_now = t % spec0.eval_every == 0 or t == steps
-        if evaluate_now and device.type == "cuda":
-            torch.cuda.synchronize(device)
-        clock.add(time.perf_counter() - t0)
-        batch_sum += lengths[:, -1]
-        report_step(reporter, members, t, steps, evaluate=evaluate_now)
-        if evaluate_now:
-            record(t)
-
-    finished = checkpoints.finish()
-    return [
-        TrainResult(
-            history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
-            stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
-                            sample_rate=q),
-            releases=dict(counts),
-        )
-        for r, (history, selected, state) in enumerate(finished)
-    ]
 
 
 def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:
@@ -566,30 +437,3 @@ def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, no
         "batched": {"runs": R, "group_step_ms": clock.steady_ms},
         "sample_rate": sample_rate,
     }
-
-
-@torch.no_grad()
-def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperature: torch.Tensor | None) -> torch.Tensor:
-    """Exact histograms (R, Q, K) float64 of each run's batch (class-major logits z (R, K, L),
-    cells (R, L, Q); paper eq. 8), as
-    :func:`raco_cli.methods.core._histogram` (pad slots have no cell)."""
-    if hard:
-        probs = nn.functional.one_hot(z.argmax(dim=1), z.shape[1]).to(z.dtype).transpose(1, 2)
-    else:
-        probs = torch.nan_to_num(group_softmax(z, temperature), nan=0.0, posinf=0.0, neginf=0.0)
-    return torch.bmm(probs, cellhot).transpose(1, 2).double()
-
-
-def _dual_step(
-    membership: np.ndarray, alpha: np.ndarray, H: np.ndarray, lam: np.ndarray, floors: np.ndarray, gamma: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`raco_cli.constraints.rate.ConstraintTensors.step` of R runs: regularizer weights
-    (R, Q, K) and dual gradients ``Gamma_post(H_r) - gamma_r`` (R, J), denominators read from
-    each noisy histogram and clamped to each run's floor."""
-    J, M, K = alpha.shape
-    denom = np.maximum(H.sum(axis=2) @ membership.T, floors)  # clamp_denominators, per run's floor
-    rates = np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]
-    g = rates.reshape(len(H), M * K) @ alpha.reshape(J, M * K).T - gamma
-    per_subset = (lam @ alpha.reshape(J, M * K)).reshape(len(H), M, K)
-    weights = np.einsum("mq,rmk->rqk", membership, per_subset / denom[:, :, None])
-    return weights, g

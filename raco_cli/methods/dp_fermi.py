@@ -66,7 +66,7 @@ import torch
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import TabularData
 from raco_cli.errors import ConfigError, UnsupportedError
-from raco_cli.methods import core
+from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
 from raco_cli.methods.timing import StepClock
@@ -257,13 +257,13 @@ def fit(
     q = min(1.0, spec.batch_size / n)
     expected_batch = q * n
     groups = data.group[train_idx]
-    rows = core.Rows(data, train_idx, groups, device)
+    rows = training.Rows(data, train_idx, groups, device)
 
-    core.initialize(model, seeds.init)
+    training.initialize(model, seeds.init)
     model.to(device)
     engine = engine_for(model, micro_batch=spec.micro_batch)
     labels = not isinstance(engine, LinearEngine)
-    optimizer = core.make_optimizer(engine.params, spec)
+    optimizer = training.make_optimizer(engine.params, spec)
     g_sample = sampling_generator(seeds.sampling, secure=spec.secure_rng)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     counts = {"gaussian_gradient": 0, "gaussian_gradient_w": 0, "gaussian_count": 0}  # releases per kind
@@ -275,7 +275,7 @@ def fit(
     std_theta = spec.noise_multiplier * spec.clip_norm
     std_w = o["noise_multiplier_w"] * o["clip_norm_w"]
 
-    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, clipped_w, norm_sum, nonfinite, batch_sum = zero.long(), zero.long(), zero, zero.long(), 0
     clock = StepClock()

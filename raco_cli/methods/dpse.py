@@ -82,7 +82,7 @@ from torch import nn
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import TabularData
 from raco_cli.errors import ConfigError, UnsupportedError
-from raco_cli.methods import core
+from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read_options
 from raco_cli.methods.gradients import engine_for, loss_of, squared_error
 from raco_cli.methods.timing import StepClock
@@ -308,13 +308,13 @@ def fit(
     train_idx = np.asarray(data.splits["train"])
     n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
     groups_np = data.group[train_idx]
-    rows = core.Rows(data, train_idx, groups_np, device)
+    rows = training.Rows(data, train_idx, groups_np, device)
     members = [torch.as_tensor(np.flatnonzero(groups_np == j), device=device) for j in range(k)]
 
-    core.initialize(model, seeds.init)
+    training.initialize(model, seeds.init)
     model.to(device)
     engine = engine_for(model, micro_batch=spec.micro_batch, loss=loss_of(data.task))
-    optimizer = core.make_optimizer(engine.params, spec)
+    optimizer = training.make_optimizer(engine.params, spec)
     g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
     per_group = [dict.fromkeys(("gaussian_count", "gaussian_precursor", "gaussian_group_se", "gaussian_gradient", "gaussian_group_loss"), 0) for _ in range(k)]
     C = spec.clip_norm
@@ -353,7 +353,7 @@ def fit(
     all_rows = rows.batch(torch.arange(n, device=device), labels=True) if one_release else None
     batches = [] if one_release else [rows.batch(idx, labels=True) if len(idx) else None for idx in members]
 
-    checkpoints = core.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
     zero = torch.zeros((), device=device)
     clipped, nonfinite, penalty_on = zero.long(), zero.long(), 0
     penalized = [0] * k  # steps on which each group was the penalised k* (a function of the noisy losses)

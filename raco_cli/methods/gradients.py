@@ -138,7 +138,7 @@ class LinearEngine:
                 pt = p if temperature == 1.0 else row_softmax(z, temperature)
                 g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
         bias = self.layer.bias is not None
-        if xnorm is None:  # (precomputed rows come sanitised: see methods.core.Rows)
+        if xnorm is None:  # (precomputed rows come sanitised: see methods.training.Rows)
             X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
             xnorm = torch.where(torch.isfinite(g).all(dim=1), torch.sqrt((X * X).sum(dim=1) + float(bias)), float("inf"))
         elif not bias:  # the packed norm includes the bias coordinate: recompute |x| (bad rows stay inf)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from types import ModuleType
 
 import dp_accounting as dpa
 
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
-from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.base import Method, MethodSpec
 from raco_cli.privacy import accountant, limits
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
@@ -54,7 +53,7 @@ def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
     return out
 
 
-def run_event(method: ModuleType, spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool) -> dpa.DpEvent:
+def run_event(method: Method, spec: MethodSpec, sample_rate: float, steps: int, *, constrained: bool) -> dpa.DpEvent:
     """The DpEvent tree of a whole run: the method's ``run_event`` if it defines one, else
     ``SelfComposed(step_event, steps)``; composed with :func:`once_events` when the method
     is private."""
@@ -80,7 +79,7 @@ _CACHE_SIZE = 512
 
 
 def plan(
-    method: ModuleType,
+    method: Method,
     spec: MethodSpec,
     *,
     n_train: int,
@@ -124,7 +123,7 @@ class _Capture(logging.Handler):
 
 
 def plan_uncached(
-    method: ModuleType,
+    method: Method,
     spec: MethodSpec,
     *,
     n_train: int,
@@ -197,7 +196,7 @@ def plan_uncached(
 USE_TOLERANCE = 0.01  # a run whose T hits max_steps spends at least 99 % of eps
 
 
-def _spend_budget(method: ModuleType, spec: MethodSpec, q: float, steps: int, budget: accountant.Budget, constrained: bool) -> MethodSpec:
+def _spend_budget(method: Method, spec: MethodSpec, q: float, steps: int, budget: accountant.Budget, constrained: bool) -> MethodSpec:
     """``spec`` with its noise scaled down so that ``max_steps`` steps spend the budget
     (within :data:`USE_TOLERANCE`); unchanged, with one log line, when they already do or the
     noise floor forbids less noise."""
@@ -225,7 +224,7 @@ def _spend_budget(method: ModuleType, spec: MethodSpec, q: float, steps: int, bu
     return calibrated
 
 
-def _max_steps_of_run(method: ModuleType, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool) -> int:
+def _max_steps_of_run(method: Method, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool) -> int:
     """Largest T <= max_steps whose whole-run event fits the budget (binary search)."""
 
     def eps_at(T: int) -> float:

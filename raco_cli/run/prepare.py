@@ -104,8 +104,8 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     from raco_cli import constraints as constraints_mod
     from raco_cli import methods, models
     from raco_cli.methods.base import Seeds
-    from raco_cli.methods.core import resolve_device
     from raco_cli.methods.planning import plan
+    from raco_cli.methods.training import resolve_device
     from raco_cli.privacy.mechanisms import noise_source
     from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
 

@@ -155,8 +155,8 @@ def environment(tree: Path) -> dict[str, str]:
 
 def check_imports_from(tree: Path) -> None:
     """The copy, not the worktree the venv was installed from, must be what tests import."""
-    code = ("import raco_cli, raco_cli.methods.core, raco_cli.privacy.accountant, raco_cli.audit.one_run as a; "
-            "print(raco_cli.__file__); print(raco_cli.methods.core.__file__); print(a.__file__)")
+    code = ("import raco_cli, raco_cli.methods.sgda.core, raco_cli.privacy.accountant, raco_cli.audit.one_run as a; "
+            "print(raco_cli.__file__); print(raco_cli.methods.sgda.core.__file__); print(a.__file__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=environment(tree), capture_output=True, text=True)
     files = out.stdout.split()
     if out.returncode != 0 or len(files) != 3 or not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in files):

@@ -20,7 +20,7 @@ ALL = mutants.load_all()
 def test_there_are_mutants_for_every_privacy_piece():
     assert len(ALL) >= 14
     files = {e.file for m in ALL for e in m.edits}
-    for module in ("raco_cli/methods/core.py", "raco_cli/methods/dp_fermi.py", "raco_cli/methods/dpse.py",
+    for module in ("raco_cli/methods/sgda/core.py", "raco_cli/methods/dp_fermi.py", "raco_cli/methods/dpse.py",
                    "raco_cli/privacy/joint_pld.py", "raco_cli/privacy/mechanisms.py", "raco_cli/privacy/preprocessing.py",
                    "raco_cli/privacy/selection.py", "raco_cli/methods/planning.py"):  # fmt: skip
         assert module in files, module

@@ -15,8 +15,8 @@ from raco_cli.audit.one_run import run_audit
 from raco_cli.audit.result import AuditSpec
 from raco_cli.cli.validate import compose_config, prevalidate
 from raco_cli.errors import ConfigError, UnsupportedError
-from raco_cli.methods import core
 from raco_cli.methods.gradients import LinearEngine
+from raco_cli.methods.sgda import core
 from raco_cli.run.prepare import prepare_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,7 +11,7 @@ from raco_cli.audit.one_run import run_audit
 from raco_cli.audit.result import AuditSpec
 from raco_cli.cli.validate import compose_config, prevalidate
 from raco_cli.errors import ConfigError, UnsupportedError
-from raco_cli.methods import core
+from raco_cli.methods.sgda import core
 from raco_cli.run.prepare import prepare_run
 
 BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "tracking=none"]

@@ -14,8 +14,8 @@ from raco_cli import constraints, models
 from raco_cli.data import adult
 from raco_cli.data.types import TabularData
 from raco_cli.errors import DataIntegrityError
-from raco_cli.methods import raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import raco_dp
 
 
 def _no_checksums(monkeypatch):

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from raco_cli.methods import dp_fermi, dp_sgd, planning, raco_dp
+from raco_cli.methods import dp_fermi, planning
 from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.sgda import dp_sgd, raco_dp
 from raco_cli.privacy import accountant
 
 

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods import core, dp_sgd, raco_dp, sgda
+from raco_cli.methods import training
 from raco_cli.methods.base import EvalRecord, MethodSpec, NullReporter, Seeds, select_checkpoint
 from raco_cli.methods.gradients import ClippedSum, LinearEngine
+from raco_cli.methods.sgda import core, dp_sgd, raco_dp, sgda
 
 
 def _fit(module, data, spec, steps, seed=0):
@@ -36,7 +37,7 @@ def test_gaussian_noise_of_the_update(monkeypatch, synthetic):
     drift = []
     for seed in range(30):  # 30 runs x 14 parameters: enough draws for a 15 % tolerance
         model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
-        core.initialize(model, Seeds.from_seed(seed).init)
+        training.initialize(model, Seeds.from_seed(seed).init)
         before = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
         res, _ = _fit(dp_sgd, synthetic, spec, T, seed=seed)
         drift.append((torch.cat([v.flatten() for v in res.state_dict.values()]) - before).numpy())

@@ -138,7 +138,7 @@ def test_events_two_gaussians_on_one_sample_plus_private_counts():
 
 
 def test_lambda_zero_is_dp_sgd(synthetic):
-    from raco_cli.methods import dp_sgd
+    from raco_cli.methods.sgda import dp_sgd
 
     cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
     out = []

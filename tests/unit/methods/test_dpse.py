@@ -209,12 +209,12 @@ def test_gradient_noise_has_the_planned_scale(allocation):
     draws = [v[0].flatten() for k, v in tape.entries if k == kind]
     model = models.build("linear", input_shape=data.input_shape, n_classes=1, options={"bias": False})
     model.load_state_dict(res.state_dict)
-    from raco_cli.methods import core
+    from raco_cli.methods import training
     from raco_cli.methods.gradients import engine_for
 
     engine = engine_for(model, micro_batch=64, loss="squared")
     train = np.asarray(data.splits["train"])
-    rows = core.Rows(data, train, data.group[train], torch.device("cpu"))
+    rows = training.Rows(data, train, data.group[train], torch.device("cpu"))
     nm = dpse.noise_multipliers(spec, 150)["stage2"]
     if allocation == "uniform":
         exact = [engine.clipped_sum(**rows.batch(torch.arange(len(train)), labels=True), reg_scale=0.0, temperature=1.0, clip_norm=2.0).grads[0].flatten()]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from raco_cli import models
-from raco_cli.methods.dro_engine import (
+from raco_cli.methods.dro.engine import (
     FunctionalRecordEngine,
     LinearRecordEngine,
     clip_rows,

@@ -19,8 +19,8 @@ import torch
 from raco_cli import constraints, methods, models
 from raco_cli.data.types import TabularData
 from raco_cli.errors import UnsupportedError
-from raco_cli.methods import dro_common
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.dro import common as dro_common
 from raco_cli.methods.planning import plan
 from raco_cli.objectives import ObjectiveSpec
 from raco_cli.objectives.dro import Compositional, DualForm

@@ -8,8 +8,8 @@ import torch
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods import raco_dp, sgda
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import raco_dp, sgda
 
 FOUR_FIFTHS = [{"gamma": -0.3, "terms": [{"alpha": 0.8, "predicted": 1, "group": 0}, {"alpha": -1.0, "predicted": 1, "group": 1}]}]  # gamma < 0: violated from the start
 FAMILIES = [

@@ -17,8 +17,8 @@ import torch
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods import core, raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import core, raco_dp
 from raco_cli.privacy.mechanisms import laplace_noise
 
 SCALE = 1e4  # Laplace scale >> any exact count of a ~50-row batch: the released H is ~pure noise

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from raco_cli import constraints, data, models
-from raco_cli.methods import raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import raco_dp
 
 
 def _fit(ds, steps=2):

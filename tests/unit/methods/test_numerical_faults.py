@@ -10,8 +10,8 @@ import torch
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods import core, raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import core, raco_dp
 
 
 def _fit(data, steps=30, **kw):

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from raco_cli import models
-from raco_cli.methods import core
+from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.methods.gradients import engine_for
 from raco_cli.privacy import accountant
@@ -51,7 +51,7 @@ def _opacus_step_grad(model, X, y, *, clip, sigma, expected_batch, seed=0):
 def test_noiseless_clipped_gradient_equals_opacus(synthetic, clip, model_name):
     torch.manual_seed(0)
     model = models.build(model_name, input_shape=synthetic.input_shape, n_classes=2, options={"hidden": [8]} if model_name == "mlp" else {})
-    core.initialize(model, Seeds.from_seed(3).init)
+    training.initialize(model, Seeds.from_seed(3).init)
     idx = np.asarray(synthetic.splits["train"])[:300]
     X = torch.as_tensor(synthetic.rows(idx), dtype=torch.float32)
     y = torch.as_tensor(synthetic.y[idx])
@@ -65,8 +65,8 @@ def test_noiseless_clipped_gradient_equals_opacus(synthetic, clip, model_name):
 def test_noise_scale_equals_opacus(synthetic, monkeypatch):
     """The noise of one step on the averaged gradient: std sigma*C/B in both."""
     from raco_cli import constraints
-    from raco_cli.methods import dp_sgd
     from raco_cli.methods.gradients import ClippedSum, LinearEngine
+    from raco_cli.methods.sgda import dp_sgd
 
     sigma, clip, B = 2.0, 0.5, 100
     model = nn.Sequential(nn.Flatten(), nn.Linear(400, 10))
@@ -87,7 +87,7 @@ def test_noise_scale_equals_opacus(synthetic, monkeypatch):
     drift = []
     for seed in range(40):
         m = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
-        core.initialize(m, Seeds.from_seed(seed).init)
+        training.initialize(m, Seeds.from_seed(seed).init)
         before = torch.cat([p.detach().flatten() for p in m.parameters()]).clone()
         res = dp_sgd.fit(synthetic, m, cons, spec, steps=1, seeds=Seeds.from_seed(seed), device=torch.device("cpu"), reporter=NullReporter())
         drift.append((torch.cat([v.flatten() for v in res.state_dict.values()]) - before).numpy())

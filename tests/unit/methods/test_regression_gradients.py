@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from raco_cli.data.group_mixture import load as mixture
-from raco_cli.methods.core import Rows
 from raco_cli.methods.gradients import FunctionalEngine, LinearEngine, engine_for, squared_error
+from raco_cli.methods.training import Rows
 
 
 def naive_clipped_sum(model, X, t, *, clip):

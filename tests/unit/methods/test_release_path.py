@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
 from raco_cli.data.types import TabularData
-from raco_cli.methods import core, raco_dp
 from raco_cli.methods.base import MethodSpec, Seeds
+from raco_cli.methods.sgda import core, raco_dp
 
 N_TRAIN, DIRAC = 40, 10.0
 

@@ -193,9 +193,9 @@ def test_planned_eps_matches_an_independent_composition(sampling):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from oracles import shared_step_pld
 
-    from raco_cli.methods import raco_dp
     from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
+    from raco_cli.methods.sgda import raco_dp
 
     n, B, T, sigma, b = 5000, 100, 400, 1.5, 3.0
     spec = MethodSpec(name="raco_dp", batch_size=B, steps=T, noise_multiplier=sigma, hist_noise_multiplier=b, sampling=sampling)
@@ -216,9 +216,9 @@ def test_dp_sgd_plan_agrees_with_opacus_prv_accountant():
 
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    from raco_cli.methods import dp_sgd
     from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
+    from raco_cli.methods.sgda import dp_sgd
 
     n, B, T, sigma = 4000, 80, 500, 1.2
     p = plan(dp_sgd, MethodSpec(name="dp_sgd", batch_size=B, steps=T, noise_multiplier=sigma), n_train=n, eps=100.0,

@@ -22,8 +22,9 @@ import torch
 
 from raco_cli import constraints, models
 from raco_cli.data import synthetic
-from raco_cli.methods import dp_fermi, dp_sgd, dpse, raco_dp
+from raco_cli.methods import dp_fermi, dpse
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import dp_sgd, raco_dp
 from raco_cli.privacy import events, releases
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,8 +11,8 @@ import torch
 from scipy import stats
 
 from raco_cli import constraints, models
-from raco_cli.methods import raco_dp
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.sgda import raco_dp
 from raco_cli.privacy.mechanisms import SecureNoise, gaussian_noise, laplace_noise, noise_source
 
 
@@ -56,7 +56,7 @@ def test_training_with_secure_rng_is_not_reproducible_from_the_seed(synthetic):
 def test_secure_noise_is_not_reproducible_even_with_fixed_batches(synthetic, monkeypatch):
     """Fix the batches (a seeded sampler in place of the CSPRNG one): the released histograms and
     gradients of two secure runs still differ, so their noise does not come from the seed."""
-    from raco_cli.methods import core
+    from raco_cli.methods.sgda import core
     from raco_cli.privacy import releases
 
     monkeypatch.setattr(core, "sampling_generator", lambda seed, secure=False: np.random.default_rng(seed))

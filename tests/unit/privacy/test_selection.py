@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from raco_cli.methods import planning, raco_dp
+from raco_cli.methods import planning
 from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.sgda import raco_dp
 from raco_cli.privacy import accountant
 from raco_cli.privacy.selection import (
     NoisyArgmax,

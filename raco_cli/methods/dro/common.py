@@ -9,7 +9,7 @@ evaluation of the robust objective, and the random-iterate output.
   A method's non-private reference (``spider``, ``sgda``) runs the same loop with no
   clipping and no noise.
 * Evaluation (every ``eval_every`` steps and at the random iterate): the usual metrics of
-  :func:`raco_cli.methods.core.evaluate_all`, plus on each split the robust objective F(x)
+  :func:`raco_cli.methods.training.evaluate_all`, plus on each split the robust objective F(x)
   and the norm of its gradient ``|grad F(x)| = |sum_i p*_i grad l_i(x)|`` (the paper's
   stationarity measure, Definition 4; p* the exact worst case of
   :func:`raco_cli.objectives.dro.worst_case`) and, under ``privacy.scope=paper``, the
@@ -36,9 +36,9 @@ from torch import nn
 from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import TabularData
 from raco_cli.errors import ConfigError, UnsupportedError
-from raco_cli.methods import core
+from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult
-from raco_cli.methods.dro_engine import Point, clip_rows, record_engine
+from raco_cli.methods.dro.engine import Point, clip_rows, record_engine
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.membership import membership_inference
 from raco_cli.objectives.dro import worst_case
@@ -151,16 +151,16 @@ class DroRun:
         self.train_idx = np.asarray(data.splits["train"])
         self.n = len(self.train_idx)
         self.q = min(1.0, spec.batch_size / self.n)
-        self.rows = core.Rows(data, self.train_idx, np.zeros(self.n, dtype=np.int64), device, pack=False)
-        core.initialize(model, seeds.init)
+        self.rows = training.Rows(data, self.train_idx, np.zeros(self.n, dtype=np.int64), device, pack=False)
+        training.initialize(model, seeds.init)
         model.to(device)
         self.engine = record_engine(model, micro_batch=spec.micro_batch, precision=spec.precision, device=device)
-        self.optimizer = core.make_optimizer(self.engine.params, spec)
+        self.optimizer = training.make_optimizer(self.engine.params, spec)
         self.g_sample = sampling_generator(seeds.sampling, secure=spec.secure_rng)
         self.g_noise = noise_source(seeds.noise, device, secure=spec.secure_rng)
         # the checkpoints keep the last evaluation for selection=random; the random iterate is ours
         checkpoint_spec = replace(spec, selection="last") if spec.selection == "random" else spec
-        self.checkpoints = core.Checkpoints(
+        self.checkpoints = training.Checkpoints(
             self.engine, model, data, constraints, checkpoint_spec, device=device, reporter=reporter, selection_seed=seeds.selection
         )
         self.tau = int(np.random.default_rng(seeds.selection).integers(1, steps + 1)) if spec.selection == "random" and steps > 0 else None
@@ -249,7 +249,7 @@ class DroRun:
     @torch.no_grad()
     def _split_logits(self, split: str) -> tuple[np.ndarray, torch.Tensor]:
         idx = np.asarray(self.data.splits[split])
-        return idx, torch.as_tensor(core.predict_logits(self.engine, self.data, idx, self.device))
+        return idx, torch.as_tensor(training.predict_logits(self.engine, self.data, idx, self.device))
 
     def _robust_metrics(self) -> dict[str, dict[str, Any]]:
         paper = self.spec.scope == "paper"
@@ -273,7 +273,7 @@ class DroRun:
         chunk = max(1, int(getattr(self.engine, "eval_chunk", 8192)))
         for start in range(0, len(idx), chunk):
             rows = idx[start : start + chunk]
-            X = core.to_device(self.data.rows(rows), self.device)
+            X = training.to_device(self.data.rows(rows), self.device)
             y = torch.as_tensor(self.data.y[rows], dtype=torch.long, device=self.device)
             w = weights[start : start + chunk].to(self.device, torch.float32)
             grads = self.engine.clipped_sum(X, y, [(None, w)], None).grads

@@ -51,7 +51,7 @@ import dp_accounting as dpa
 import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
-from raco_cli.methods.dro_common import (
+from raco_cli.methods.dro.common import (
     DroRun,
     RefreshDiffReleases,
     Release,
@@ -59,7 +59,7 @@ from raco_cli.methods.dro_common import (
     positive_options,
     refresh_steps,
 )
-from raco_cli.methods.dro_engine import Term
+from raco_cli.methods.dro.engine import Term
 from raco_cli.objectives.dro import Lagrangian
 
 SGDA_DEFAULTS: dict[str, Any] = {
@@ -82,14 +82,14 @@ DIFF_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def sgda_options(spec: MethodSpec) -> dict[str, Any]:
-    o = read_options(spec, SGDA_DEFAULTS)
+def sgda_options(spec: MethodSpec, defaults: dict[str, Any] = SGDA_DEFAULTS) -> dict[str, Any]:
+    o = read_options(spec, defaults)
     positive_options(o, tuple(SGDA_DEFAULTS))
     return o
 
 
-def diff_options(spec: MethodSpec) -> dict[str, Any]:
-    o = read_options(spec, DIFF_DEFAULTS)
+def diff_options(spec: MethodSpec, defaults: dict[str, Any] = DIFF_DEFAULTS) -> dict[str, Any]:
+    o = read_options(spec, defaults)
     o["phase"] = integer_option(o, "phase")
     o["inner_steps"] = integer_option(o, "inner_steps")
     positive_options(o, tuple(k for k in DIFF_DEFAULTS if k not in ("phase", "inner_steps")), allow_zero=("diff_clip_scale",))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from raco_cli.methods import core
 from raco_cli.methods.base import MethodSpec
+from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 
 NAME = "sgd"
@@ -21,7 +21,7 @@ def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
 
 
 def fit_many(data, members, *, steps, device, reporter=None):
-    """The runs of a group as one vectorised problem (:mod:`raco_cli.methods.batched`)."""
-    from raco_cli.methods import batched
+    """The runs of a group as one vectorised problem (:mod:`raco_cli.methods.sgda.batched`)."""
+    from raco_cli.methods.sgda import batched
 
     return batched.run_core(data, members, flags=FLAGS, steps=steps, device=device, reporter=reporter)

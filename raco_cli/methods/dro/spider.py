@@ -18,7 +18,7 @@ steps t = 0..T-1, phase length q (``options.phase``):
 Privacy (the printed algorithm clips batch *means*, lines 4, 6, 10, 12, whose sensitivity is
 2C, not C/N): every release here is ``sum_i clip(term_i, C) + N(0, (sigma C)^2)`` divided by the
 batch's *expected* size, with one clip norm and noise multiplier per line
-(:class:`~raco_cli.methods.dro_common.RefreshDiffReleases`).  ``diff_clip_scale > 0`` makes the correction clip norms
+(:class:`~raco_cli.methods.dro.common.RefreshDiffReleases`).  ``diff_clip_scale > 0`` makes the correction clip norms
 ``scale * |(x_t, eta) - (x_{t-1}, eta')| + C`` (the paper's C_2, C_4 follow these distances):
 functions of earlier releases, with the noise std following C, so the accountant sees the
 same noise multiplier.  DpEvent tree (independent Poisson samples per line)::
@@ -71,7 +71,7 @@ import dp_accounting as dpa
 import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
-from raco_cli.methods.dro_common import (
+from raco_cli.methods.dro.common import (
     DroRun,
     RefreshDiffReleases,
     Release,
@@ -79,7 +79,7 @@ from raco_cli.methods.dro_common import (
     positive_options,
     refresh_steps,
 )
-from raco_cli.methods.dro_engine import Term
+from raco_cli.methods.dro.engine import Term
 from raco_cli.objectives.dro import Compositional, DualForm
 
 DOUBLE_DEFAULTS: dict[str, Any] = {

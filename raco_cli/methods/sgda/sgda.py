@@ -2,15 +2,16 @@
 
 * ``objective=erm``: constrained SGDA, exact histogram, no clipping, no noise (RaCO-DP's
   reference): the same loop as RaCO-DP with the privacy stages switched off.
-* ``objective=dro``: SGDA on the DRO minimax form (:mod:`raco_cli.methods.dro_sgda`), DP-SGDA's
+* ``objective=dro``: SGDA on the DRO minimax form (:mod:`raco_cli.methods.dro.sgda`), DP-SGDA's
   loop without clipping or noise (``options.lr_ratio``: the ratios' ascent step).
 """
 
 from __future__ import annotations
 
-from raco_cli.methods import core, dro_sgda
 from raco_cli.methods.base import MethodSpec
-from raco_cli.methods.dro_common import DroRun
+from raco_cli.methods.dro import sgda as dro_sgda
+from raco_cli.methods.dro.common import DroRun
+from raco_cli.methods.sgda import core
 from raco_cli.privacy import events
 
 NAME = "sgda"
@@ -35,7 +36,7 @@ def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
 
 
 def fit_many(data, members, *, steps, device, reporter=None):
-    """The runs of a group as one vectorised problem (:mod:`raco_cli.methods.batched`)."""
-    from raco_cli.methods import batched
+    """The runs of a group as one vectorised problem (:mod:`raco_cli.methods.sgda.batched`)."""
+    from raco_cli.methods.sgda import batched
 
     return batched.run_core(data, members, flags=FLAGS, steps=steps, device=device, reporter=reporter)

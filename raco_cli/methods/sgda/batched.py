@@ -1,0 +1,193 @@
+"""The SGDA loop (:func:`raco_cli.methods.sgda.core.run`) of a sweep group's R runs at once, on
+the batched engine (:mod:`raco_cli.methods.batched`): what ``fit_many`` of raco_dp, dp_sgd,
+sgd and sgda runs.  Each run draws its batches and noise in the one-run loop's order, so it
+computes what it computes alone up to float summation order (docs/batched.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from raco_cli.data.types import TabularData
+from raco_cli.methods.base import Reporter, TrainResult
+from raco_cli.methods.batched import (
+    GroupCheckpoints,
+    GroupOptimizer,
+    GroupRows,
+    Member,
+    check_group,
+    clipped_sums,
+    gaussian_many,
+    group_logits,
+    group_softmax,
+    initial_parameters,
+    laplace_many,
+    noise_sources,
+    per_run,
+    report_step,
+    run_stats,
+)
+from raco_cli.methods.sgda import core
+from raco_cli.methods.timing import StepClock
+from raco_cli.privacy import releases
+from raco_cli.privacy.mechanisms import poisson_sample_many, sampling_generator
+
+
+def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
+    if violation_sum is None:
+        return [None] * R
+    return [(violation_sum[r].copy(), count) for r in range(R)]
+
+
+def run_core(
+    data: TabularData,
+    members: Sequence[Member],
+    *,
+    flags: core.CoreFlags,
+    steps: int,
+    device: torch.device,
+    reporter: Reporter | None = None,
+) -> list[TrainResult]:
+    """:func:`raco_cli.methods.sgda.core.run` of R runs at once; one :class:`TrainResult` per run.
+
+    ``reporter`` (optional) gets the group's steps (a progress bar); each member's reporter
+    gets its evaluations, and a step report at every evaluation (heartbeats).
+    """
+    check_group(members)
+    specs = [m.spec for m in members]
+    spec0, cons0, R = specs[0], members[0].constraints, len(members)
+    for s in specs:
+        if flags.private and (s.clip_norm is None or s.noise_multiplier is None):
+            raise ValueError("a private run needs clip_norm and noise_multiplier")
+        if flags.hist_noise and s.hist_noise_multiplier is None:
+            raise ValueError("histogram noise needs hist_noise_multiplier")
+    constrained = flags.constrained and not cons0.is_empty
+    train_idx = np.asarray(data.splits["train"])
+    n = len(train_idx)
+    q = min(1.0, spec0.batch_size / n)
+    expected_batch = q * n
+    W, b, layers = initial_parameters(members, device)
+    rows = GroupRows(data, train_idx, cons0.cells(data.y[train_idx], data.group[train_idx]), [m.scaling for m in members], device,
+                     n_cells=cons0.Q if constrained else 0)
+    membership, alpha = cons0.membership, cons0.alpha
+    gamma = np.stack([m.constraints.gamma for m in members])  # (R, J)
+    optimizer = GroupOptimizer(specs, device)
+    g_sample = [sampling_generator(m.seeds.sampling, secure=m.spec.secure_rng) for m in members]
+    g_noise = noise_sources(members, device)
+    independent = constrained and spec0.sampling == "independent"
+    clip = per_run([s.clip_norm for s in specs], device, dims=2) if spec0.clip_norm is not None else None  # type: ignore[misc]
+    noise_std = [s.required("noise_multiplier") * s.required("clip_norm") for s in specs] if flags.private else []
+    hist_scale = [s.required("hist_noise_multiplier") for s in specs] if flags.hist_noise and constrained else []
+    temps = [s.temperature for s in specs]
+    temperature = None if all(t == 1.0 for t in temps) else per_run(temps, device)
+    reg_temp = per_run([expected_batch * t for t in temps], device)
+    hard = spec0.dual == "hard"
+    lr_dual = np.array([s.lr_dual for s in specs])[:, None]
+    lambda_max = np.array([s.lambda_max for s in specs])[:, None]
+    floors = np.array([s.denominator_floor for s in specs])[:, None]
+
+    lam = np.zeros((R, cons0.J))
+    checkpoints = GroupCheckpoints(data, members, layers, device)
+    clipped = torch.zeros(R, dtype=torch.long)
+    norm_sum = torch.zeros(R)
+    nonfinite = torch.zeros(R, dtype=torch.long)
+    batch_sum = np.zeros(R, dtype=np.int64)
+    clock = StepClock()
+    counts = {"laplace_histogram": 0, "gaussian_gradient": 0}
+    violation_sum: np.ndarray | None = None
+    violation_steps = 0
+
+    def record(step: int) -> None:
+        nonlocal violation_sum, violation_steps
+        windows = _windows(violation_sum if flags.hist_noise else None, violation_steps, R)
+        checkpoints.record(step, W, b, lam, windows)
+        violation_sum, violation_steps = None, 0
+
+    record(0)
+    for t in range(1, steps + 1):
+        t0 = time.perf_counter()
+        idx, lengths = poisson_sample_many(n, q, g_sample, count=2 if independent else 1)
+        L = idx.shape[2]
+        batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
+        grad_rows = {k: v[:, -L:] for k, v in batch.items()}
+        c, g_dual, z = None, None, None
+        if constrained:
+            with torch.no_grad():
+                z_all = group_logits(W, b, batch["X"])
+            z_h, z = z_all[:, :, :L], z_all[:, :, -L:]
+            H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
+            if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
+                H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
+                counts["laplace_histogram"] += 1
+            weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
+            violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
+            violation_steps += 1
+            c = torch.bmm(torch.as_tensor(weights, device=device).float().transpose(1, 2), grad_rows["cellhot"].transpose(1, 2))
+        else:
+            with torch.no_grad():
+                z = group_logits(W, b, grad_rows["X"])
+        res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
+        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
+        grads = [res.grad_w, res.grad_b]
+        if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
+            counts["gaussian_gradient"] += 1
+            grads = releases.release(
+                "gradient",
+                lambda gw=res.grad_w, gb=res.grad_b: [gw + gaussian_many(tuple(gw.shape[1:]), noise_std, g_noise, dtype=gw.dtype),  # type: ignore[misc]
+                                                      gb + gaussian_many(tuple(gb.shape[1:]), noise_std, g_noise, dtype=gb.dtype)],
+            )
+        optimizer.step([W, b], grads, scale=1.0 / expected_batch)
+        if g_dual is not None:  # paper eq. 12 and line 13, per run
+            lam = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
+        evaluate_now = t % spec0.eval_every == 0 or t == steps
+        if evaluate_now and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        clock.add(time.perf_counter() - t0)
+        batch_sum += lengths[:, -1]
+        report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        if evaluate_now:
+            record(t)
+
+    finished = checkpoints.finish()
+    return [
+        TrainResult(
+            history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
+            stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                            sample_rate=q),
+            releases=dict(counts),
+        )
+        for r, (history, selected, state) in enumerate(finished)
+    ]
+
+
+@torch.no_grad()
+def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperature: torch.Tensor | None) -> torch.Tensor:
+    """Exact histograms (R, Q, K) float64 of each run's batch (class-major logits z (R, K, L),
+    cells (R, L, Q); paper eq. 8), as
+    :func:`raco_cli.methods.sgda.core._histogram` (pad slots have no cell)."""
+    if hard:
+        probs = nn.functional.one_hot(z.argmax(dim=1), z.shape[1]).to(z.dtype).transpose(1, 2)
+    else:
+        probs = torch.nan_to_num(group_softmax(z, temperature), nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.bmm(probs, cellhot).transpose(1, 2).double()
+
+
+def _dual_step(
+    membership: np.ndarray, alpha: np.ndarray, H: np.ndarray, lam: np.ndarray, floors: np.ndarray, gamma: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`raco_cli.constraints.rate.ConstraintTensors.step` of R runs: regularizer weights
+    (R, Q, K) and dual gradients ``Gamma_post(H_r) - gamma_r`` (R, J), denominators read from
+    each noisy histogram and clamped to each run's floor."""
+    J, M, K = alpha.shape
+    denom = np.maximum(H.sum(axis=2) @ membership.T, floors)  # clamp_denominators, per run's floor
+    rates = np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]
+    g = rates.reshape(len(H), M * K) @ alpha.reshape(J, M * K).T - gamma
+    per_subset = (lam @ alpha.reshape(J, M * K)).reshape(len(H), M, K)
+    weights = np.einsum("mq,rmk->rqk", membership, per_subset / denom[:, :, None])
+    return weights, g
