@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID_FILE = ".mlflow_run_id"  # written once the job's MLflow run exists
 # final/<split>/<name> metrics beyond the constraint ones: robustness (metrics/robust.py), the DRO
-# objective and its gradient norm (methods/dro_common.py), membership inference (split "mia")
+# objective and its gradient norm (methods/dro/common.py), membership inference (split "mia")
 ROBUST_METRICS = ("worst_group_accuracy", "worst_class_accuracy", "balanced_accuracy", "roc_auc", "f1", "grad_norm",
                   "dro_objective", "auc_loss", "auc_confidence")
 

@@ -88,7 +88,7 @@ REQUIRED_REGRESSION_METRICS = ("mspe", "group_mspe", "worst_group_mspe")
 
 
 PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
-# "mia": membership-inference AUCs of training vs validation rows (scope=paper only) (methods/dro_common.py): exact
+# "mia": membership-inference AUCs of training vs validation rows (scope=paper only) (methods/dro/common.py): exact
 _SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE, "mia": EXACT}
 STATUS: dict[str, Any] = {
     **dict.fromkeys(

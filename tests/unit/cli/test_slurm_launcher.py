@@ -243,7 +243,7 @@ def _group_job(tmp_path: Path, nums: list[int]) -> list[str]:
 
 
 def test_a_lost_group_task_marks_every_unfinished_member_failed_and_counts_them(monkeypatch, capsys, tmp_path):
-    """A group task (several runs, cli/group.py) lost by the scheduler: each of its runs is
+    """A group task (several runs, run/group.py) lost by the scheduler: each of its runs is
     recorded (its own config, run dir, the sweep dir), and the failed count is that of the runs
     that had not finished (here run 1 had), which the sweeper adds up."""
     from hydra.core.utils import JobStatus
