@@ -478,18 +478,21 @@ def report_lines(data: TabularData, *, exact: bool) -> list[str]:
     """Log lines counting dropped rows and the missing / out-of-bound / unknown-level rules.
 
     ``exact=False`` (a private run under ``privacy.scope=model``): counts of training and
-    validation rows are exact statistics, so only the held-out test split's counts are
-    given, and of the dropped rows only their number (the file's row count and the
-    dataset size n, which raco treats as public).
+    validation rows are exact statistics, and so are the file's row count and the number of
+    rows kept (they give n; under add/remove adjacency n is released only as a DP count,
+    raco_cli/privacy/size.py): only the held-out test split's counts are given.
     """
     meta: Mapping[str, Any] = data.meta
-    n_read, dropped = int(meta.get("rows_read", len(data.y))), dict(meta.get("dropped", {}))
-    total = n_read - len(data.y)
-    lines = [f"dataset=table: {n_read} rows read from {data.source}; {len(data.y)} kept"
-             + (f", {total} dropped" if total else "")
-             + ((" (" + ", ".join(f"{k}: {v}" for k, v in dropped.items()) + ")") if exact and dropped else
-                (" (the reasons are exact statistics of the data: logged only in privacy.scope=paper)" if total else ""))]
     repairs: Mapping[str, Any] = meta.get("repairs", {})
+    if not exact:
+        lines = [f"dataset=table: read from {data.source}; {len(data.splits['test'])} rows in the held-out test split "
+                 "(the file's row count, rows kept and dropped are exact statistics: logged only in privacy.scope=paper)"]
+    else:
+        n_read, dropped = int(meta.get("rows_read", len(data.y))), dict(meta.get("dropped", {}))
+        total = n_read - len(data.y)
+        lines = [f"dataset=table: {n_read} rows read from {data.source}; {len(data.y)} kept"
+                 + (f", {total} dropped" if total else "")
+                 + (" (" + ", ".join(f"{k}: {v}" for k, v in dropped.items()) + ")" if dropped else "")]
     for split in SPLITS if exact else ("test",):
         counts = repairs.get(split, {})
         if counts:

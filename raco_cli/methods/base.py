@@ -94,6 +94,12 @@ class MethodSpec:
         preprocessing_noise: noise multiplier of the one Gaussian release of the DP
             standardisation (``dataset.preprocessing=dp``, :mod:`raco_cli.privacy.preprocessing`);
             0 = no such release.  Composed into the run's event by the planner.
+        size_noise: noise multiplier (in rows) of the one Gaussian release of the training
+            size, the DP count ``n + N(0, size_noise^2)`` (``privacy.size_noise_multiplier``,
+            scope=model); 0 = the exact size is treated as public (scope=paper).
+        train_size: the training size the run may use: q = B / train_size and every
+            normaliser of a noisy sum (the released DP count under scope=model); None = the
+            exact number of training rows (scope=paper, non-private methods).
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
         objective: the ``objective`` config group (``erm``, or the DRO objective of
             :mod:`raco_cli.objectives`).
@@ -124,8 +130,14 @@ class MethodSpec:
     scope: str = "paper"
     selection_eps: float = 0.0
     preprocessing_noise: float = 0.0
+    size_noise: float = 0.0
+    train_size: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
+
+    def size_of(self, n_rows: int) -> float:
+        """The training size this run uses (:attr:`train_size`, else the exact ``n_rows``)."""
+        return float(n_rows) if self.train_size is None else float(self.train_size)
 
     def required(self, key: str) -> float:
         """A numeric setting a private method needs (the planner checked it is set)."""
@@ -202,6 +214,7 @@ class Seeds:
         selection: Gumbel noise of the private checkpoint selection (``scope=model``); its
             own stream, so training noise is the same in both scopes.
         preprocessing: Gaussian noise of the DP standardisation (``dataset.preprocessing=dp``).
+        size: Gaussian noise of the DP count of the training rows (``privacy.scope=model``).
     """
 
     seed: int
@@ -210,14 +223,16 @@ class Seeds:
     noise: int
     selection: int = 0
     preprocessing: int = 0
+    size: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        # spawn(5)[:4] == spawn(4): adding a seed leaves the earlier ones unchanged
-        init, sampling, noise, selection, preprocessing = (
-            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(5)
+        # spawn(6)[:5] == spawn(5): adding a seed leaves the earlier ones unchanged
+        init, sampling, noise, selection, preprocessing, size = (
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(6)
         )
-        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing)
+        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing,
+                   size=size)
 
 
 @dataclass

@@ -264,15 +264,20 @@ class GroupOptimizer:
         return torch.as_tensor(values, dtype=like.dtype, device=like.device).view(-1, *([1] * (like.dim() - 1)))
 
     @torch.no_grad()
-    def step(self, params: list[torch.Tensor], grads: list[torch.Tensor], *, scale: float) -> None:
+    def step(self, params: list[torch.Tensor], grads: list[torch.Tensor], *, scale: float | np.ndarray) -> None:
+        """One update; ``scale``: the normaliser of the noisy sums, one for all runs or one per run
+        (runs whose released training sizes differ, privacy/size.py)."""
+        scales = np.asarray(scale, dtype=np.float64)
+        if scales.ndim and np.all(scales == scales.flat[0]):  # one value: the scalar path, bit for bit
+            scales = np.asarray(scales.flat[0])
         self.t += 1
         if not self.state:
             self.state = [{} for _ in params]
         for p, g, st in zip(params, grads, self.state):
             if self.kind == "sgd":
-                p.add_(g * self._per_run(-(self.lr * scale), p))
+                p.add_(g * self._per_run(-(self.lr * scales), p))
                 continue
-            g = g * scale
+            g = g * (float(scales) if not scales.ndim else self._per_run(scales, g))
             if self.kind == "momentum":
                 mom = self.momentum.view(-1, *([1] * (p.dim() - 1)))
                 st["buf"] = g.clone() if "buf" not in st else st["buf"] * mom + g

@@ -18,6 +18,7 @@ from raco_cli.methods.base import Method, MethodSpec
 from raco_cli.privacy import accountant, limits
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
+from raco_cli.privacy.size import size_event
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,12 @@ class PrivacyPlan:
 
 
 def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
-    """The releases a private run makes once, outside its steps: the DP standardisation
-    (``dataset.preprocessing=dp``) before training and the private checkpoint selection
-    (``privacy.scope=model``) after it."""
+    """The releases a private run makes once, outside its steps: the DP count of the training
+    rows and the DP standardisation (``dataset.preprocessing=dp``) before training, and the
+    private checkpoint selection (``privacy.scope=model``) after it."""
     out = []
+    if spec.size_noise > 0:
+        out.append(size_event(spec.size_noise))
     if spec.preprocessing_noise > 0:
         out.append(standardization_event(spec.preprocessing_noise))
     if spec.selection_eps > 0:
@@ -82,7 +85,7 @@ def plan(
     method: Method,
     spec: MethodSpec,
     *,
-    n_train: int,
+    n_train: float,
     eps: float,
     delta: float,
     constrained: bool,
@@ -126,7 +129,7 @@ def plan_uncached(
     method: Method,
     spec: MethodSpec,
     *,
-    n_train: int,
+    n_train: float,
     eps: float,
     delta: float,
     constrained: bool,

@@ -75,6 +75,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "event": str(event),
         "steps": result.steps,
         "sample_rate": pplan.sample_rate,
+        "train_size": pplan.spec.size_of(len(data.splits["train"])),
         "sampling": pplan.spec.sampling,
         "seed": spec.seed,
         "seeds": {
@@ -83,8 +84,10 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
             "noise": None if spec.secure_rng else seeds.noise,
             "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
             "preprocessing": None if spec.secure_rng or prep.preprocessing != "dp" else seeds.preprocessing,
+            "size": None if spec.secure_rng or not pplan.spec.size_noise else seeds.size,
         },
         "secure_rng": spec.secure_rng,
+        "tuned_on": tuned_on(spec),
         "selection": pplan.spec.selection,
         "selected_step": rec.step,
         "satisfied": None if satisfied is None else bool(satisfied),
@@ -125,6 +128,16 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     if recorder is not None:
         log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
     return summary
+
+
+def tuned_on(spec: Any) -> dict[str, Any] | None:
+    """``method.tuned_on`` with ``outside_eps``: whether the hyperparameters were chosen
+    non-privately on this very dataset (exact statistics of its train/val split, which the
+    run's epsilon does not cover)."""
+    if not spec.tuned_on:
+        return None
+    here = spec.tuned_on.get("dataset") == spec.dataset.name and spec.tuned_on.get("protocol") == "non-private"
+    return {**spec.tuned_on, "outside_eps": bool(here)}
 
 
 def write_predictor(target: Path, summary: dict[str, Any], data: Any, spec: Any, method_spec: Any, state_dict: Any,

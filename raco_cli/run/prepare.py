@@ -108,6 +108,7 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     from raco_cli.methods.training import resolve_device
     from raco_cli.privacy.mechanisms import noise_source
     from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
+    from raco_cli.privacy.size import dp_size
 
     spec = build_run_spec(cfg)
     resolved = plain_config(cfg)
@@ -116,15 +117,23 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     data = load_data(spec)
     seeds = Seeds.from_seed(spec.seed)
     method_spec = spec.method
+    n_rows = len(data.splits["train"])
+    size: float | None = None  # the training size the run may use (None: the exact n, scope=paper)
+    if spec.scope == "model" and method.PRIVATE:
+        # n itself is data under add/remove adjacency: one accounted Gaussian count, first
+        # (raco_cli/privacy/size.py); everything below reads n~, never n
+        size = dp_size(n_rows, noise_multiplier=spec.size_noise_multiplier,
+                       source=noise_source(seeds.size, "cpu", secure=spec.secure_rng))
+        method_spec = replace(method_spec, size_noise=spec.size_noise_multiplier, train_size=size)
     scaling = None
     if spec.dataset.preprocessing == "dp" and numeric_features(data):
         # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
         sigma = spec.dataset.dp_noise_multiplier
         source = noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng)
         if shared_features:
-            scaling = dp_scaling(data, noise_multiplier=sigma, source=source)
+            scaling = dp_scaling(data, noise_multiplier=sigma, source=source, size=size)
         else:
-            data = dp_standardize(data, noise_multiplier=sigma, source=source)
+            data = dp_standardize(data, noise_multiplier=sigma, source=source, size=size)
         method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
@@ -144,8 +153,8 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
         validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
-    n_train = len(data.splits["train"])
-    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n is public, as in q = B / n)
+    n_train = method_spec.size_of(n_rows)
+    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n: the run's public training size)
         spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
         log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
     pplan = plan(

@@ -48,7 +48,8 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
 def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any = None, buffered: bool = False) -> Any:
     """The run's MLflow run (None when tracking is off); ``client``/``buffered``: see
     :class:`raco_cli.tracking.mlflow_store.RunRecorder` (a sweep group shares one client and
-    logs its evaluations in bulk)."""
+    logs its evaluations in bulk).  Under full records metrics carry their clock time; a
+    private scope=model run's carry none (no per-window timing)."""
     spec, seeds = prep.spec, prep.seeds
     if not spec.tracking.enabled:
         return None
@@ -65,7 +66,7 @@ def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: A
     }
     recorder = RunRecorder(
         uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=prep.resolved, tags=tags,
-        parent_sweep_dir=sweep_dir, client=client, buffered=buffered,
+        parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RUN_ID_FILE).write_text(recorder.run_id)

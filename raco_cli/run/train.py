@@ -15,8 +15,9 @@ from typing import Any
 
 from raco_cli.run.finish import finish_run
 from raco_cli.run.prepare import PreparedRun, prepare_run
-from raco_cli.run.progress import FanOut, Progress
+from raco_cli.run.progress import FanOut, Progress, untimed_logs
 from raco_cli.run.records import open_recorder, tag_error
+from raco_cli.run.spec import plain_config
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,19 @@ def train(
             directory (before any MLflow write); a failed write of the outputs (the MLflow
             run is then marked FAILED).
     """
+    with untimed_logs(model_scope(cfg if prepared is None else prepared.resolved)):
+        return _train(cfg, run_dir=Path(run_dir), sweep_dir=sweep_dir, prepared=prepared)
+
+
+def model_scope(cfg: Mapping[str, Any]) -> bool:
+    """Whether a config asks for ``privacy.scope=model`` (its logs then carry no clock time)."""
+    return str((plain_config(cfg).get("privacy") or {}).get("scope", "model")) == "model"
+
+
+def _train(cfg: Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None, prepared: PreparedRun | None) -> dict[str, Any]:
     t_start = time.time()
     prep = prepared if prepared is not None else prepare_run(cfg)
     spec, method, pplan = prep.spec, prep.method, prep.plan
-    run_dir = Path(run_dir)
     check_writable(run_dir)
     warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
     set_threads(spec.threads)

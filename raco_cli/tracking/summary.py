@@ -25,10 +25,16 @@ task               (added in v1, optional) classification | regression
 private            whether the method is differentially private
 event              the accounted DpEvent tree, as text
 steps              steps run (T)
-sample_rate        Poisson rate q = batch_size / n_train
+sample_rate        Poisson rate q = batch_size / train_size
+train_size         (added in v1, optional) the training size the run used: under scope=model the
+                   released DP count n~ of the training rows (raco_cli/privacy/size.py), else n
 sampling           independent | shared
 seed, seeds        run seed and the derived init / sampling / noise / selection /
-                   preprocessing seeds (all but init: null with secure_rng)
+                   preprocessing / size seeds (all but init: null with secure_rng, the
+                   default under scope=model)
+tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
+                   hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
+                   this very dataset
 secure_rng         whether the noise came from os.urandom (privacy.secure_rng)
 selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
                    its hard train constraint holds
@@ -95,18 +101,18 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task"),
+         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on"),
         PUBLIC,
     ),
-    # q = B / n_train: the dataset size is public, as in DP-SGD practice (Opacus, dp-accounting)
-    "sample_rate": PUBLIC,
+    # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
+    "sample_rate": RELEASE, "train_size": RELEASE,
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
     "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
     # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
     # clip fractions, gradient norms, non-finite rows, step times) is exact
-    "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
+    "stats": {"releases": PUBLIC, "sample_rate": RELEASE, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
               # DPSE: the zCDP split is config; the allocation is post-processing of its stage-1 releases
               "rho_total": PUBLIC, "rho_stage1": PUBLIC, "rho_stage2": PUBLIC, "precursor_ridge": PUBLIC,
               "budget_weights": RELEASE, "standard_errors": RELEASE, "noise_multipliers": RELEASE, "rho_realized": RELEASE,

@@ -149,8 +149,9 @@ class DroRun:
         self.data, self.model, self.spec, self.device, self.reporter = data, model, spec, device, reporter
         self.objective, self.private, self.steps = spec.objective, private, steps
         self.train_idx = np.asarray(data.splits["train"])
-        self.n = len(self.train_idx)
-        self.q = min(1.0, spec.batch_size / self.n)
+        self.n = len(self.train_idx)  # rows to sample from (and the ratios' length)
+        self.size = spec.size_of(self.n)  # the public size: rates and normalisers (privacy/size.py)
+        self.q = min(1.0, spec.batch_size / self.size)
         self.rows = training.Rows(data, self.train_idx, np.zeros(self.n, dtype=np.int64), device, pack=False)
         training.initialize(model, seeds.init)
         model.to(device)

@@ -82,8 +82,9 @@ def run(
     constrained = flags.constrained and not constraints.is_empty
     train_idx = np.asarray(data.splits["train"])
     n = len(train_idx)
-    q = min(1.0, spec.batch_size / n)
-    expected_batch = q * n  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
+    size = spec.size_of(n)  # |D|: exact (scope=paper) or the released DP count (privacy/size.py)
+    q = min(1.0, spec.batch_size / size)
+    expected_batch = q * size  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
     initialize(model, seeds.init)
     model.to(device)
     engine = engine_for(
