@@ -41,7 +41,7 @@ from raco_cli.errors import (
 from raco_cli.objectives import ObjectiveSpec
 from raco_cli.privacy.limits import check_noise
 
-Selection = Literal["best_feasible", "last", "random"]
+Selection = Literal["best_feasible", "last", "random", "average"]
 Dual = Literal["soft", "hard"]
 Optimizer = Literal["sgd", "momentum", "adam"]
 SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/privacy.md)
@@ -78,7 +78,10 @@ class MethodSpec:
         selection: ``best_feasible``: the evaluation with the highest validation accuracy
             among those whose hard train constraint holds (paper App. E.2); ``last``;
             ``random``: the iterate of a step drawn uniformly from 1..T before training (the
-            output of the DP-DRO paper's Algorithms 2 and 3; data-independent, so free).
+            output of the DP-DRO paper's Algorithms 2 and 3; data-independent, so free);
+            ``average``: the mean of the checkpoints evaluated at steps >= T/2 (tail
+            averaging of the iterates, which the convergence analyses of SGDA bound;
+            post-processing, so free and without a selection release).
         micro_batch: rows per chunk of the per-sample gradient computation (memory bound;
             results do not depend on it).
         precision: ``auto`` (bf16 autocast for non-linear models on CUDA, fp32 elsewhere),
@@ -173,7 +176,7 @@ class MethodSpec:
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
-        _choice("method.selection", self.selection, ("best_feasible", "last", "random"), "the reported checkpoint rule.")
+        _choice("method.selection", self.selection, ("best_feasible", "last", "average", "random"), "the reported checkpoint rule.")
         _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",

@@ -395,12 +395,14 @@ def per_run(values: Sequence[float], device: torch.device, *, dims: int = 3, dty
 class GroupCheckpoints:
     """Each run's :class:`raco_cli.methods.training.Checkpoints`, fed one group evaluation."""
 
-    def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device) -> None:
+    def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device,
+                 *, steps: int | None = None) -> None:
         self.members, self.layers = members, layers
         self.model_scope = members[0].spec.scope == "model"
         self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
         self.runs = [
-            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
+            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter,
+                                 selection_seed=m.seeds.selection, steps=steps)
             for m in members
         ]
 
@@ -412,8 +414,20 @@ class GroupCheckpoints:
             layer.bias.copy_(b[r])
             run.record(step, [float(v) for v in lam[r]], window=windows[r], metrics=metrics[r])
 
+    @torch.no_grad()
     def finish(self) -> list[tuple[list, int, dict]]:
-        return [run.finish() for run in self.runs]
+        """Each run's :meth:`~raco_cli.methods.training.Checkpoints.finish`; the runs with
+        ``selection=average`` get their averaged parameters evaluated as one group evaluation."""
+        averaged = [run.averaged_state() for run in self.runs]
+        if all(a is None for a in averaged):
+            return [run.finish() for run in self.runs]
+        for m, a in zip(self.members, averaged):
+            if a is not None:
+                m.model.load_state_dict(a)
+        W = torch.stack([layer.weight.detach() for layer in self.layers])
+        b = torch.stack([layer.bias.detach() for layer in self.layers])
+        metrics = self.evaluator.evaluate(W, b)
+        return [run.finish(metrics[r] if a is not None else None) for r, (run, a) in enumerate(zip(self.runs, averaged))]
 
 
 def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:

@@ -276,7 +276,8 @@ def fit(
     std_theta = spec.noise_multiplier * spec.clip_norm
     std_w = o["noise_multiplier_w"] * o["clip_norm_w"]
 
-    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter,
+                                       selection_seed=seeds.selection, steps=steps)
     zero = torch.zeros((), device=device)
     clipped, clipped_w, norm_sum, nonfinite, batch_sum = zero.long(), zero.long(), zero, zero.long(), 0
     clock = StepClock()
@@ -393,7 +394,7 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     radius = np.array([o["w_radius"] for o in opts])
     has_w = torch.as_tensor(with_w, device=device).view(R, 1, 1)
 
-    checkpoints = batched.GroupCheckpoints(data, members, layers, device)
+    checkpoints = batched.GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped, clipped_w = torch.zeros(R, dtype=torch.long), torch.zeros(R, dtype=torch.long)
     norm_sum, nonfinite = torch.zeros(R), torch.zeros(R, dtype=torch.long)
     batch_sum = np.zeros(R, dtype=np.int64)

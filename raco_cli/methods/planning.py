@@ -148,9 +148,11 @@ def plan_uncached(
     """
     full_batch = bool(getattr(method, "FULL_BATCH", False))
     if spec.batch_size > n_train and not full_batch:
+        estimate = ", a DP estimate under privacy.scope=model" if spec.train_size is not None else ""
         raise ConfigError(
-            f"method.batch_size must be <= the number of training rows (got batch_size={spec.batch_size}, "
-            f"n_train={n_train}); it is the expected Poisson batch size."
+            f"method.batch_size must be <= the number of training rows (got method.batch_size={spec.batch_size}; "
+            f"the training split has {n_train:.0f} rows{estimate}); it is the expected Poisson batch size. "
+            f"Use e.g. method.batch_size={max(1, int(n_train // 10))}."
         )
     q = 1.0 if full_batch else spec.batch_size / n_train
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)

@@ -94,7 +94,7 @@ class RunSpec:
     delta_exponent: float | None = None  # privacy.delta_exponent: delta = n_train^-exponent (set once the data is loaded)
     task: str = "auto"  # task: auto (the dataset's) | classification | regression
     rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
-    size_noise_multiplier: float = 20.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
+    size_noise_multiplier: float = 50.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
     tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
 
 
@@ -313,11 +313,11 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         raise ConfigError(CHOICE.format(key="privacy.scope", choices=", ".join(SCOPES), value=scope,
                                         meaning="model: eps covers the model and every record; paper: the paper's protocol."))
     secure_rng = _secure_rng(privacy.get("secure_rng", "auto"), scope)
-    size_noise = _number({"s": privacy.get("size_noise_multiplier", 20.0)}, "s", "privacy.size_noise_multiplier",
+    size_noise = _number({"s": privacy.get("size_noise_multiplier", 50.0)}, "s", "privacy.size_noise_multiplier",
                          "the noise multiplier of the DP count of the training rows (scope=model).")
     if not math.isfinite(size_noise) or size_noise <= 0:
         raise ConfigError(f"privacy.size_noise_multiplier must be a positive finite number (got privacy.size_noise_multiplier="
-                          f"{size_noise}); it is the Gaussian noise (in rows) of the DP count of the training rows (default 20).")
+                          f"{size_noise}); it is the Gaussian noise (in rows) of the DP count of the training rows (default 50).")
     share = _number({"s": privacy.get("selection_share", 0.05)}, "s", "privacy.selection_share",
                     "the share of eps spent on the private checkpoint choice.")
     if not 0 < share < 1:

@@ -96,10 +96,10 @@ def warn_secure_rng(private: bool, secure: bool) -> None:
     if private and not secure and not _SECURE_RNG_WARNED:
         _SECURE_RNG_WARNED = True
         log.warning(
-            "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
+            "privacy.secure_rng=false: noise and Poisson batches come from seeded PRNGs whose seeds are "
             "recorded, so the guarantee does not hold against readers of the records (they know every "
-            "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
-            "release (see docs/privacy.md, 'Noise source and floating point')."
+            "batch and noise draw). Fine for reproducible experiments; for a model you release keep the "
+            "default (privacy.secure_rng=auto: secret randomness under privacy.scope=model; docs/privacy.md)."
         )
 
 

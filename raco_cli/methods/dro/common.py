@@ -162,7 +162,8 @@ class DroRun:
         # the checkpoints keep the last evaluation for selection=random; the random iterate is ours
         checkpoint_spec = replace(spec, selection="last") if spec.selection == "random" else spec
         self.checkpoints = training.Checkpoints(
-            self.engine, model, data, constraints, checkpoint_spec, device=device, reporter=reporter, selection_seed=seeds.selection
+            self.engine, model, data, constraints, checkpoint_spec, device=device, reporter=reporter, selection_seed=seeds.selection,
+            steps=steps,
         )
         self.tau = int(np.random.default_rng(seeds.selection).integers(1, steps + 1)) if spec.selection == "random" and steps > 0 else None
         self.tau_index: int | None = None

@@ -94,7 +94,7 @@ def run_core(
     floors = np.array([s.denominator_floor for s in specs])[:, None]
 
     lam = np.zeros((R, cons0.J))
-    checkpoints = GroupCheckpoints(data, members, layers, device)
+    checkpoints = GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped = torch.zeros(R, dtype=torch.long)
     norm_sum = torch.zeros(R)
     nonfinite = torch.zeros(R, dtype=torch.long)

@@ -115,7 +115,8 @@ def run(
     noise_std = spec.required("noise_multiplier") * spec.required("clip_norm") if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
-    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection,
+                              steps=steps)
     zero = torch.zeros((), device=device)
     clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
     clock = StepClock()
