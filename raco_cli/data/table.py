@@ -58,7 +58,7 @@ from raco_cli.data.schema import (
     numbers,
     tokens,
 )
-from raco_cli.data.tabular import parse_bounds, stratified_split
+from raco_cli.data.tabular import MIN_ROWS, parse_bounds, stratified_split
 from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
@@ -74,10 +74,65 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # --- reading ------------------------------------------------------------------------------
 
 
-def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key: str = "dataset.options.path") -> pd.DataFrame:
+DELIMITERS = (",", ";", "\t", "|")
+
+
+def header_line(file: Path) -> str:
+    """The first line of a CSV file (plain or gzip, by content), as text ('' when unreadable)."""
+    import gzip
+
+    try:
+        with open(file, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open(file, "rb") if gz else open(file, "rb")) as fh:
+            return fh.readline(1 << 20).decode("utf-8", errors="replace").rstrip("\r\n")
+    except (OSError, EOFError):
+        return ""
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a CSV file from its header line: the one of ``, ; TAB |`` that occurs
+    most outside quotes (a comma when none does).
+
+    >>> sniff_delimiter("id;age;sex"), sniff_delimiter("a,b"), sniff_delimiter("a\tb\tc"), sniff_delimiter("only")
+    (';', ',', '\t', ',')
+    """
+    outside, quoted = [], False
+    for ch in header:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted:
+            outside.append(ch)
+    text = "".join(outside)
+    counts = {d: text.count(d) for d in DELIMITERS}
+    best = max(DELIMITERS, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def duplicate_headers(header: str, delimiter: str) -> dict[str, list[int]]:
+    """Column names that the header line holds more than once -> their 1-based positions
+    (pandas reads the second ``x`` as ``x.1``).
+
+    >>> duplicate_headers("a,b,a,c,a", ",")
+    {'a': [1, 3, 5]}
+    """
+    import csv
+
+    names = [n.strip() for n in next(csv.reader([header], delimiter=delimiter), [])]
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(names, start=1):
+        seen.setdefault(name, []).append(i)
+    return {name: pos for name, pos in seen.items() if len(pos) > 1}
+
+
+def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key: str = "dataset.options.path",
+               delimiter: str | None = None) -> pd.DataFrame:
     """Read one CSV (plain or gzip, by content) or Parquet file, or several with the same
     columns (concatenated in order).  CSV cells are read as text (the first line is the
-    header); pandas' missing markers and ``na_values`` become missing.
+    header); pandas' missing markers and ``na_values`` become missing.  ``delimiter``: the
+    CSV field separator (None: sniffed from the header line, :func:`sniff_delimiter`).  A
+    header that names a column twice is read as pandas does (``x``, ``x.1``) and said in one
+    warning line naming the column and its positions.
 
     Raises:
         DataNotFoundError: a file does not exist.
@@ -86,6 +141,9 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if not paths:
         raise ConfigError(f"{key} is empty; give the path of a CSV or Parquet file (or a list of them).")
+    if delimiter is not None and (not isinstance(delimiter, str) or len(delimiter) != 1):
+        raise ConfigError(f"dataset.options.delimiter must be one character or null (got dataset.options.delimiter={delimiter!r}); "
+                          "e.g. ';' or '\\t' (null: read from the header line).")
     frames: list[pd.DataFrame] = []
     for p in paths:
         file = Path(str(p)).expanduser()
@@ -94,16 +152,25 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
                                     "(plain or .gz) or Parquet file.")
         with open(file, "rb") as fh:
             magic = fh.read(4)
+        sep = ","
         try:
             if magic == b"PAR1":
                 df = pd.read_parquet(file)
                 df.columns = [str(c) for c in df.columns]
             else:
+                header = header_line(file)
+                sep = delimiter or sniff_delimiter(header)
+                for name, positions in duplicate_headers(header, sep).items():
+                    log.warning("%s: the header names the column %r %d times (positions %s); read as %s.", file, name,
+                                len(positions), ", ".join(map(str, positions)),
+                                ", ".join([repr(name)] + [repr(f"{name}.{i}") for i in range(1, len(positions))]))
                 df = pd.read_csv(file, dtype=str, keep_default_na=True, na_values=list(na_values), skipinitialspace=True,
-                                 compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
+                                 sep=sep, compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
         except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file.") from None
+            raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file"
+                                     + ("" if delimiter else f" (fields read as separated by {sep!r}: set dataset.options.delimiter)")
+                                     + ".") from None
         if df.empty:
             raise DataIntegrityError(f"{file} has no rows; check the file.")
         if frames and list(df.columns) != list(frames[0].columns):
@@ -128,17 +195,28 @@ def _names(value: object, key: str) -> tuple[str, ...]:
     raise ConfigError(f"{key} must be a column name or a list of them (got {key}={value!r}).")
 
 
-def _levels_of(values: object, key: str) -> tuple[str, ...]:
+def _levels_of(values: object, key: str, series: pd.Series | None = None) -> tuple[str, ...]:
+    """A configured level list as tokens.  ``series``: the column it describes (its storage
+    tells YAML booleans from a real boolean column)."""
     from raco_cli.data.schema import token
 
     if not isinstance(values, (list, tuple)) or not values:
-        raise ConfigError(f"{key} must be a non-empty list of values (got {key}={values!r}); e.g. [no, yes].")
+        raise ConfigError(f"{key} must be a non-empty list of values (got {key}={values!r}); e.g. ['no', 'yes'].")
+    if any(isinstance(v, bool) for v in values) and (series is None or not pd.api.types.is_bool_dtype(series.dtype)):
+        raise ConfigError(f"{key} holds the booleans {list(values)}: YAML reads unquoted no/yes, on/off and true/false as "
+                          f"booleans, and the column holds text; quote the values, e.g. {key}=['no', 'yes'].")
     out = tuple(token(v) for v in values)
     if any(t is None for t in out):
         raise ConfigError(f"{key} holds an empty value (got {key}={values!r}); missing values have their own rule (dataset.options.missing).")
     if len(set(out)) != len(out):
         raise ConfigError(f"{key} lists a value twice (got {key}={values!r}).")
     return out  # type: ignore[return-value]
+
+
+def _values_in(df: pd.DataFrame, column: str, na_values: Sequence[str], limit: int = 12) -> str:
+    """The distinct values of a column, for an error message (the user's own terminal)."""
+    lv = sorted_levels(tokens(df[column], na_values))
+    return ", ".join(lv[:limit]) + (f", ... ({len(lv)} values)" if len(lv) > limit else "") if lv else "none: every cell is missing"
 
 
 def sorted_levels(values: np.ndarray) -> tuple[str, ...]:
@@ -185,6 +263,8 @@ def load(
     unknown: str = "other",
     na_values: Sequence[str] = (),
     class_names: Sequence[str] | None = None,
+    delimiter: str | None = None,
+    name: str | None = None,
     split_seed: int = 0,
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
@@ -202,12 +282,17 @@ def load(
     if not isinstance(label, str) or not label:
         raise ConfigError(f"dataset.options.label must be the name of the label column (got dataset.options.label={label!r}).")
     na = (na_values,) if isinstance(na_values, str) else tuple(str(v) for v in (na_values or ()))
-    df = read_table(path, na_values=na)
+    df = read_table(path, na_values=na, delimiter=delimiter)
     schema, dropped, kept = resolve(
         df, label=label, positive=positive, threshold=threshold, sensitive=sensitive, features=features, types=types,
         levels=levels, missing=missing, missing_indicator=missing_indicator, unknown=unknown, na_values=na,
         class_names=class_names, public=preprocessing == "public", bounds=bounds, where=_where(path),
     )
+    if len(kept) < MIN_ROWS:
+        reasons = "; ".join(f"{k}: {v}" for k, v in dropped.items()) or "none"
+        raise DataIntegrityError(f"{_where(path)}: {len(kept)} of {len(df)} rows are usable, at least {MIN_ROWS} are needed "
+                                 f"(rows dropped: {reasons}); compare dataset.options.levels of the label and the sensitive "
+                                 "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
     y, _, _ = schema.target.classes(table, na_values=na)
     group, _, _ = schema.groups.index(table, na_values=na)
@@ -346,12 +431,12 @@ def resolve(
         if t == "numeric":
             cols.append(NumericColumn(col, indicator=ind))
         elif t == "binary":
-            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
+            lv = _levels_of(levels[col], f"dataset.options.levels.{col}", df[col]) if col in levels else ()
             if lv and len(lv) != 2:
                 raise ConfigError(f"dataset.options.levels.{col} must list exactly 2 values for a binary column (got {list(lv)}).")
             cols.append(BinaryColumn(col, lv, indicator=ind))  # type: ignore[arg-type]
         else:
-            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
+            lv = _levels_of(levels[col], f"dataset.options.levels.{col}", df[col]) if col in levels else ()
             cols.append(CategoricalColumn(col, lv, other=unknown == "other", indicator=ind))
     schema = TableSchema(target=target, groups=groups, encoder=TableEncoder(tuple(cols)), na_values=na_values)
 
@@ -374,11 +459,18 @@ def resolve(
 
 
 def _target(df, label, positive, threshold, levels, class_names, na_values, public) -> Target:
+    """The label rule; a positive value or a class of the level list that the label column
+    never holds is an error naming the values it holds (a typo must not train to a constant)."""
     if positive is not None and threshold is not None:
         raise ConfigError("dataset.options.positive and dataset.options.threshold are both set; give one "
                           "(positive: label values of class 1; threshold: class 1 when the label is above it).")
+    present = set(tokens(df[label], na_values)) - {None}
     if positive is not None:
-        pos = _levels_of(positive if isinstance(positive, (list, tuple)) else [positive], "dataset.options.positive")
+        pos = _levels_of(positive if isinstance(positive, (list, tuple)) else [positive], "dataset.options.positive", df[label])
+        absent = [v for v in pos if v not in present]
+        if absent:
+            raise ConfigError(f"dataset.options.positive={absent[0]} does not occur in the label column {label!r} (its values: "
+                              f"{_values_in(df, label, na_values)}); values are compared as text, case-sensitive: give one of them.")
         joined = "|".join(pos)
         target = Target(label, "positive", (f"not {joined}", joined), positive=pos)
     elif threshold is not None:
@@ -387,10 +479,15 @@ def _target(df, label, positive, threshold, levels, class_names, na_values, publ
         target = Target(label, "threshold", (f"<= {threshold:g}", f"> {threshold:g}"), threshold=float(threshold))
     else:
         if label in levels:
-            lv = _levels_of(levels[label], f"dataset.options.levels.{label}")
+            lv = _levels_of(levels[label], f"dataset.options.levels.{label}", df[label])
+            absent = [v for v in lv if v not in present]
+            if absent:
+                raise ConfigError(f"dataset.options.levels.{label} lists the class {absent[0]!r}, which the label column never "
+                                  f"holds (its values: {_values_in(df, label, na_values)}); values are compared as text, "
+                                  "case-sensitive: list the classes the file holds.")
         elif public:
             raise ConfigError(f"dataset.options.levels.{label} is missing: under privacy.scope=model the classes of the label "
-                              f"need a public list (e.g. levels: {{{label}: [no, yes]}}), or set dataset.options.positive / "
+                              f"need a public list (e.g. levels: {{{label}: ['no', 'yes']}}), or set dataset.options.positive / "
                               f"dataset.options.threshold; {SCOPE_HINT}.")
         else:
             lv = sorted_levels(tokens(df[label], na_values))
@@ -411,10 +508,10 @@ def _groups(df, sens, levels, na_values, public) -> Groups:
     lists = []
     for col in sens:
         if col in levels:
-            lists.append(_levels_of(levels[col], f"dataset.options.levels.{col}"))
+            lists.append(_levels_of(levels[col], f"dataset.options.levels.{col}", df[col]))
         elif public:
             raise ConfigError(f"dataset.options.levels.{col} is missing: under privacy.scope=model the sensitive groups need "
-                              f"a public level list (e.g. levels: {{{col}: [F, M]}}); {SCOPE_HINT}.")
+                              f"a public level list (e.g. levels: {{{col}: ['F', 'M']}}); {SCOPE_HINT}.")
         else:
             lists.append(sorted_levels(tokens(df[col], na_values)))
     return Groups(sens, tuple(lists))
