@@ -27,7 +27,8 @@ TASK_CHOICES = ("auto", "classification", "regression")
 MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 is eps ~ 92 at delta 1e-5)
 # MethodSpec fields the run layer sets (scope, noise source, private selection, preprocessing
 # and size releases): not settable as method.<key>
-RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "objective")
+RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "estimate_noise",
+             "reserved_delta", "objective")
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download", "method.tuned_on")
 
 
@@ -44,6 +45,7 @@ class DatasetSpec:
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
+    estimate_noise_multiplier: float = 20.0  # dataset.estimate_noise_multiplier: the Gaussian of a table's private estimates
 
 
 @dataclass(frozen=True)
@@ -352,6 +354,16 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     if not isinstance(bounds, Mapping):
         raise ConfigError(TYPE.format(key="dataset.bounds", expected="a mapping column -> [lo, hi]", value=bounds,
                                       meaning="public feature bounds (conf/dataset/<name>.yaml)."))
+    from raco_cli.data.provenance import data_derived, refusal
+
+    derived = data_derived(ds)
+    if derived and scope == "model":  # a value read from the data is not private (docs/privacy.md)
+        raise ConfigError(refusal(derived))
+    estimate_noise = _number({"s": ds.get("estimate_noise_multiplier", 20.0)}, "s", "dataset.estimate_noise_multiplier",
+                             "the noise multiplier of a table's private estimates (private bounds / levels).")
+    if not math.isfinite(estimate_noise) or estimate_noise <= 0:
+        raise ConfigError(f"dataset.estimate_noise_multiplier must be a positive finite number (got dataset.estimate_noise_multiplier="
+                          f"{estimate_noise}); the Gaussian noise multiplier of a table's private estimates (default 20).")
     dataset = DatasetSpec(
         name=ds_name,
         split_seed=split_seed,
@@ -364,6 +376,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),
+        estimate_noise_multiplier=float(estimate_noise),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})

@@ -60,6 +60,9 @@ config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled (+ model_uri: dataset=table)
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
+estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
+                   from its training split in one accounted release: bounds, levels,
+                   missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the
                    self-contained model for ``raco predict`` (``model``); its MLflow logged
                    model is ``mlflow.model_uri``
@@ -106,6 +109,8 @@ STATUS: dict[str, Any] = {
     ),
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
+    # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
+    "estimates": RELEASE,
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
