@@ -60,7 +60,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
-        "dataset": spec.dataset.name,
+        "dataset": spec.dataset.display,
         "constraint": spec.constraint.name,
         "constraints": list(cons.names),
         "gamma": spec.constraint.gamma,
@@ -122,7 +122,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         if curves:
             artifacts.append(plot_training_curves(
                 result.history, gamma=common_gamma(cons.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
-                title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
+                title=f"{spec.method.name} {spec.dataset.display} {spec.constraint.name} eps={spec.eps:g}",
             ))
         artifacts.append(summary_mod.write_config(resolved, run_dir / "config.yaml"))
         torch.save(result.state_dict, run_dir / "model.pt")

@@ -46,6 +46,11 @@ class DatasetSpec:
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
     estimate_noise_multiplier: float = 20.0  # dataset.estimate_noise_multiplier: the Gaussian of a table's private estimates
+    title: str = ""  # the name runs and summaries carry: the dataset, or a table's name (dataset.options.name, else the file stem)
+
+    @property
+    def display(self) -> str:
+        return self.title or self.name
 
 
 @dataclass(frozen=True)
@@ -377,6 +382,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),
         estimate_noise_multiplier=float(estimate_noise),
+        title=_title(ds_name, ds.get("options") or {}),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})
@@ -430,6 +436,27 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         size_noise_multiplier=float(size_noise),
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
     )
+
+
+def _title(name: str, options: Mapping[str, Any]) -> str:
+    """What runs of a dataset are called: its name; a table's ``dataset.options.name``, else the
+    stem of its (first) file.
+
+    >>> _title("table", {"path": "/data/credit-g.csv.gz"}), _title("table", {"name": "loans", "path": "x.csv"}), _title("adult", {})
+    ('credit-g', 'loans', 'adult')
+    """
+    if name != "table":
+        return name
+    if isinstance(options.get("name"), str) and options["name"]:
+        return str(options["name"])
+    path = options.get("path")
+    first = path[0] if isinstance(path, (list, tuple)) and path else path
+    if not isinstance(first, str) or not first:
+        return name
+    stem = Path(first).name
+    for suffix in (".gz", ".csv", ".tsv", ".txt", ".parquet"):
+        stem = stem.removesuffix(suffix)
+    return stem or name
 
 
 TUNED_PROTOCOLS = ("non-private", "private")

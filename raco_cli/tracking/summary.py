@@ -7,7 +7,8 @@ key                meaning
 =================  ==========================================================================
 schema_version     1
 method             method registry key (raco_dp, dp_sgd, sgd, sgda, ...)
-dataset            dataset registry key
+dataset            dataset registry key; for dataset=table the table's name (dataset.options.name,
+                   else the file's stem)
 constraint         constraint registry key (``none`` for unconstrained runs; a combination is its
                    families joined by ``+``, e.g. ``dp+fnr``)
 constraints        names of the J rate constraints
@@ -80,8 +81,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -180,14 +179,12 @@ def _clean(value: Any) -> Any:
 
 
 def write(summary: dict[str, Any], path: Path) -> Path:
-    """Write summary.json atomically (a crash never leaves a half-written file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write summary.json atomically (a crash never leaves a half-written file), with the mode
+    of the run's other files (:mod:`raco_cli.tracking.files`)."""
+    from raco_cli.tracking.files import atomic_write
+
     text = json.dumps(_clean(summary), indent=2, sort_keys=False)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-        fh.write(text + "\n")
-    os.replace(fh.name, path)
-    return path
+    return atomic_write(Path(path), lambda fh: fh.write(text + "\n"))
 
 
 def validate(summary: dict[str, Any]) -> list[str]:
