@@ -247,8 +247,8 @@ def test_the_readme_worked_example_runs_as_written(tmp_path):
     described = raco("data", "describe", "demo/people.csv", "--label", "approved", "--sensitive", "sex")
     assert "NOT private" in described.stderr
     (tmp_path / "demo/conf/dataset/people.yaml").write_text(described.stdout)
-    trained = raco("train", "--config-dir", "demo/conf", "dataset=people", "dataset.bounds.age=[18,100]", "dataset.bounds.income=[0,200000]",
-                   "constraint=dp", "eps=1", "method.batch_size=256", "hydra.run.dir=demo/run")
+    trained = raco("train", "--config-dir", "demo/conf", "dataset=people", "constraint=dp", "eps=1", "method.batch_size=256",
+                   "hydra.run.dir=demo/run")
     summary = json.loads((tmp_path / "demo/run/summary.json").read_text())
     assert f"test accuracy        {summary['metrics']['test']['accuracy']:.4f}" in trained.stdout and "mlflow model" in trained.stdout
     predicted = raco("predict", "demo/run", "--data", "demo/new_people.csv", "--out", "demo/predictions.csv", "--keep", "id")
