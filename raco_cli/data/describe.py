@@ -164,7 +164,11 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
     if kind == "numeric":
         values = numbers(df[col], column=col, where="the file", na_values=na_values)
         found = values[~np.isnan(values)]
-        column = Column(col, "numeric", note, bounds=(_number(found.min()), _number(found.max())), missing=n_missing, review=review)
+        lo, hi = float(found.min()), float(found.max())
+        if (lo > 0 or hi < 0) and hi - lo < max(abs(lo), abs(hi)) / 4:
+            review.append(f"narrow range far from 0 ({_number(lo)} to {_number(hi)}): private bounds are whole octaves (powers of 2) and "
+                          "would be much wider; declare public bounds if you know them")
+        column = Column(col, "numeric", note, bounds=(_number(lo), _number(hi)), missing=n_missing, review=review)
         leak_values: np.ndarray = values
     else:
         numeric = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")

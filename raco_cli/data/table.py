@@ -491,11 +491,17 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
     for col, lv in zip(schema.groups.columns, schema.groups.levels):
         if col in pending.sensitive:
             lv = est.levels.get(col, ())
-            if not lv:
-                raise ConfigError(f"dataset.options.levels.{col} is private and its estimate kept no group: a group needs about "
-                                  f"{est.threshold:.0f} training rows to be released; declare the groups public "
+            if len(lv) < 2:
+                raise ConfigError(f"dataset.options.levels.{col} is private and its estimate kept {len(lv)} group(s) {list(lv)}: a "
+                                  f"group needs about {est.threshold:.0f} training rows to be released; declare the groups public "
                                   f"(dataset.options.levels.{col}=[...]).")
         lists.append(lv)
+    private_lists = ([target.column] if pending.label else []) + list(pending.sensitive)
+    if private_lists:  # the constraint's classes and groups come from the release: say which
+        log.warning("The %s of this run are those its private estimate released (%s); a class or group with fewer than about "
+                    "%.0f training rows is left out with its rows. Declare the list public to keep every one.",
+                    " and ".join(("classes of " if c == target.column else "groups of ") + c for c in private_lists),
+                    "; ".join(f"{c}: {', '.join(est.levels.get(c, ()))}" for c in private_lists), est.threshold)
     indicators = set(est.indicators) if pending.indicators is not None else set()
     cols: list[Column] = []
     for c in schema.encoder.columns:

@@ -19,8 +19,10 @@ What is read from the noisy counts (post-processing):
   depend on no data, a zero bin (|x| < 2^-32) and sign x octaves [2^k, 2^(k+1)) for
   k = -32..63 (Google's differential privacy library, "approximate bounds"); every bin gets
   noise, released or not.  The bounds are the outer edges of the lowest and the highest bin
-  whose noisy count reaches tau (the argmax bin when none does): within a factor 2 of the
-  range of the bulk of the column, clipping the sparse tails (measured in docs/privacy.md).
+  whose noisy count reaches tau (the argmax bin when none does), widened one adjacent bin at a
+  time while its noisy count reaches 2 s (a thin but clearly non-empty tail; an empty bin
+  passes with probability 2.3 %, and then only widens the range by a factor 2): within a
+  factor 2 of the range of the bulk of the column (measured in docs/privacy.md).
   Why not DP quantiles: a quantile needs its own budget per column and a bounded domain to
   start from, which is what is being estimated; the bins need neither.
 * **level lists** (``dataset.options.levels.<col>: private``): the keys are the values the
@@ -68,6 +70,7 @@ OCTAVES = K_MAX - K_MIN
 MISSING, ZERO = 0, 1  # keys of a numeric column's histogram; then the negative, then the positive octaves
 N_KEYS = 2 + 2 * OCTAVES
 DELTA_SHARE = 0.1  # the share of delta the thresholding of data-dependent keys may take
+EXTEND_Z = 2.0  # a bound widens into the adjacent bin when its noisy count reaches EXTEND_Z noise stds
 
 
 def estimates_event(noise_multiplier: float) -> dpa.DpEvent:
@@ -119,18 +122,25 @@ def _value_order() -> np.ndarray:
 VALUE_ORDER = _value_order()
 
 
-def bounds_from_counts(noisy: np.ndarray, tau: float, transform: str = "none") -> tuple[float, float]:
+def bounds_from_counts(noisy: np.ndarray, tau: float, transform: str = "none", extend: float | None = None) -> tuple[float, float]:
     """Post-processing of a numeric column's noisy histogram (length :data:`N_KEYS`): the
     outer edges of the lowest and highest value bins whose noisy count reaches ``tau`` (the
-    argmax bin when none does), made valid for ``transform``.
+    argmax bin when none does), widened one adjacent bin at a time while the next bin's noisy
+    count reaches ``extend`` (a clearly non-empty bin of a thin tail), made valid for
+    ``transform``.
 
     >>> counts = np.zeros(N_KEYS); counts[bin_keys(np.array([20.0, 50.0, 70.0]))] = 100
-    >>> bounds_from_counts(counts, 50.0)
-    (16.0, 128.0)
+    >>> bounds_from_counts(counts, 50.0), bounds_from_counts(counts, 150.0, extend=50.0)
+    ((16.0, 128.0), (16.0, 128.0))
     """
     values = np.asarray(noisy, dtype=np.float64)[VALUE_ORDER]
     hit = np.flatnonzero(values >= tau)
     first, last = (int(hit[0]), int(hit[-1])) if len(hit) else (int(np.argmax(values)),) * 2
+    if extend is not None:
+        while first > 0 and values[first - 1] >= extend:
+            first -= 1
+        while last < len(values) - 1 and values[last + 1] >= extend:
+            last += 1
     lo, hi = bin_edges(int(VALUE_ORDER[first]))[0], bin_edges(int(VALUE_ORDER[last]))[1]
     if transform == "log1p":
         lo = max(lo, 0.0)
@@ -198,16 +208,18 @@ def noisy_histograms(columns: Sequence[PendingColumn], std: float, source: Noise
     return [(keys, counts + _noise(len(counts), std, source)) for keys, counts in histograms(columns)]
 
 
-def post_process(columns: Sequence[PendingColumn], noisy: Sequence[tuple[tuple[Any, ...], np.ndarray]], tau: float) -> dict[str, Any]:
-    """What is released from the noisy histograms: bounds (:func:`bounds_from_counts`), the
-    values whose noisy count reaches ``tau`` (in :func:`sorted_levels` order), and the
-    indicator columns whose noisy missing count reaches ``tau``."""
+def post_process(columns: Sequence[PendingColumn], noisy: Sequence[tuple[tuple[Any, ...], np.ndarray]], tau: float,
+                 extend: float | None = None) -> dict[str, Any]:
+    """What is released from the noisy histograms: bounds (:func:`bounds_from_counts`, tails
+    widened through adjacent bins reaching ``extend``), the values whose noisy count reaches
+    ``tau`` (in :func:`sorted_levels` order), and the indicator columns whose noisy missing
+    count reaches ``tau``."""
     bounds: dict[str, tuple[float, float]] = {}
     levels: dict[str, tuple[str, ...]] = {}
     indicators: list[str] = []
     for col, (keys, counts) in zip(columns, noisy):
         if col.kind == "bounds":
-            bounds[col.name] = bounds_from_counts(counts, tau, col.transform)
+            bounds[col.name] = bounds_from_counts(counts, tau, col.transform, extend=extend)
             missing = float(counts[MISSING])
         else:
             missing = float(counts[0])
@@ -228,7 +240,7 @@ def estimate(columns: Sequence[PendingColumn], *, noise_multiplier: float, eps: 
     reserve = reserved_delta(eps=eps, delta=delta, sparse_columns=sparse)
 
     def compute() -> Estimates:
-        released = post_process(columns, noisy_histograms(columns, std, source), tau)
+        released = post_process(columns, noisy_histograms(columns, std, source), tau, extend=EXTEND_Z * std)
         return Estimates(bounds=released["bounds"], levels=released["levels"], indicators=released["indicators"],
                          noise_multiplier=float(noise_multiplier), columns=m, std=std, threshold=tau, reserved_delta=reserve)
 

@@ -115,6 +115,7 @@ def test_describe_on_a_messy_file(capsys, tmp_path):
         "priors": [str(v) if i % 40 else "?" for i, v in enumerate(rng.integers(0, 9, n))], "notes": [""] * n,
         "decile_score": score, "recid": np.where(y == 1, "yes", "no"), "race": rng.choice(["a", "b", "c"], n),
         "two_year": np.where(y == 1, "1", "0"), "decile_score2": score, "smoker": rng.choice(["no", "yes"], n),
+        "year": rng.integers(2010, 2016, n),
     })  # fmt: skip
     path = tmp_path / "raw.csv"
     path.write_text(df.to_csv(index=False, sep=";").replace("decile_score2", "decile_score", 1))
@@ -130,6 +131,7 @@ def test_describe_on_a_messy_file(capsys, tmp_path):
     assert "REVIEW two_year: predicts recid alone" in out and "review two_year: predicts recid alone" in err
     assert "REVIEW priors: numbers but for '?' (15 cells): if they mark missing values, describe again with --na-value '?'" in out
     assert "'notes'" not in out.split("missing_indicator")[1].splitlines()[0]  # a dropped column is never an indicator
+    assert "REVIEW year: narrow range far from 0 (2010 to 2015): private bounds are whole octaves" in out
     assert opts["levels"]["smoker"] == "private" and cfg["bounds"]["age"] == "private" and opts["missing_indicator"] == "private"
     assert main(["data", "describe", str(path), "--label", "recid", "--sensitive", "race", "--na-value", "?", "--values", "data"]) == 0
     fixed = yaml.safe_load(capsys.readouterr().out)

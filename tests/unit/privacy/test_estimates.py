@@ -130,6 +130,11 @@ def test_bounds_cover_the_bulk_within_a_factor_two_and_clip_sparse_tails():
     nothing[bin_keys(np.array([40.0]))[0]] = 5  # no bin reaches tau: the argmax bin
     assert bounds_from_counts(nothing, 100) == (32.0, 64.0)
     assert bounds_from_counts(np.bincount(bin_keys(signed), minlength=N_KEYS).astype(float), 100, "log1p")[0] == 0.0
+    tail = np.zeros(N_KEYS)
+    tail[bin_keys(np.array([20.0, 40.0, 70.0, 200.0, 1.5]))] = [500, 60, 35, 10, 12]
+    assert bounds_from_counts(tail, 100) == (16.0, 32.0)
+    assert bounds_from_counts(tail, 100, extend=30) == (16.0, 128.0)  # thin but clearly non-empty tails widen the bounds
+    assert bounds_from_counts(tail, 100, extend=9) == (16.0, 256.0)  # through adjacent bins only: 1.5 stays out
 
 
 @pytest.fixture
@@ -255,3 +260,21 @@ def test_a_delta_exponent_cannot_be_combined_with_private_values(people_csv):
 
     with pytest.raises(ConfigError, match=r"^privacy.delta_exponent=1.1 cannot be combined with private values"):
         _prepare(people_csv, "privacy.delta_exponent=1.1")
+
+
+def test_a_private_label_or_group_list_must_keep_two_and_is_said_in_a_warning(people_csv, caplog):
+    from raco_cli.data.provenance import Estimates
+    from raco_cli.errors import ConfigError
+
+    data = table.load(path=str(people_csv), label="approved", sensitive="sex", preprocessing="public", types={"id": "drop"},
+                      bounds={"age": [18, 100], "income": [0, 2e5]},
+                      levels={"approved": "private", "sex": "private", "city": ["Lille", "Lyon", "Nice", "Paris"], "smoker": ["no", "yes"]})
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.sex is private and its estimate kept 1 group\(s\) \['M'\]: a group "
+                                          r"needs about 250 training rows"):
+        table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ("M",)}, threshold=250.0))
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.approved is private and its estimate kept 1 class"):
+        table.finish(data, Estimates(levels={"approved": ("yes",), "sex": ("F", "M")}, threshold=250.0))
+    with caplog.at_level("WARNING", logger="raco_cli"):
+        table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ("F", "M")}, threshold=250.0))
+    assert any("The classes of approved and groups of sex of this run are those its private estimate released (approved: no, yes; "
+               "sex: F, M)" in r.getMessage() for r in caplog.records)
