@@ -189,7 +189,8 @@ class MethodSpec:
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
-        _choice("method.selection", self.selection, ("best_feasible", "last", "average", "random"), "the reported checkpoint rule.")
+        _choice("method.selection", self.selection, ("best_feasible", "last", "average", "random"),
+                "the reported checkpoint rule (or auto: average under privacy.scope=model, best_feasible under paper).")
         _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",

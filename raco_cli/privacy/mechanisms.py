@@ -144,12 +144,16 @@ def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, 
 def gaussian_noise(shape: tuple[int, ...], std: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """i.i.d. N(0, std^2) noise.
 
-    With a :class:`SecureNoise` source: Box-Muller on CSPRNG uniforms, in float64.
+    With a :class:`SecureNoise` source: Box-Muller on CSPRNG uniforms, in float64, both of
+    its outputs used (r cos and r sin of one pair of uniforms are independent N(0, 1)), so a
+    normal costs one 8-byte uniform: the OS CSPRNG's throughput is what bounds the cost.
     """
     if isinstance(generator, SecureNoise):
-        u = generator.uniform((2, *shape))
-        z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * torch.pi * u[1])
-        return (std * z).to(dtype)
+        n = int(np.prod(shape)) if shape else 1
+        u = generator.uniform((2, (n + 1) // 2))
+        r, angle = torch.sqrt(-2.0 * torch.log(u[0])), 2.0 * torch.pi * u[1]
+        z = torch.cat([r * torch.cos(angle), r * torch.sin(angle)])[:n]
+        return (std * z).reshape(shape).to(dtype)
     return std * torch.randn(shape, generator=generator, dtype=dtype, device=generator.device)
 
 

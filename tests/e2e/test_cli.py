@@ -78,7 +78,8 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
     for key in ("accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy"):
         assert key in summary["metrics"]["test"]
     assert set(summary["group_sizes"]) == {"test"} and set(summary["stats"]) <= {"releases", "sample_rate"}
-    assert "RandomizedResponse" in summary["event"]  # the private checkpoint selection is accounted
+    # selection=auto is the tail average under scope=model: post-processing, no selection release
+    assert summary["selection"] == "average" and "RandomizedResponse" not in summary["event"]
     assert (run_dir / "curves.png").stat().st_size > 1000
     client, runs = mlflow_runs(db, "e2e")
     assert len(runs) == 1
