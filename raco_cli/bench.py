@@ -8,6 +8,10 @@ Evaluation time is excluded (the loops time their steps only).  DPSE is full-bat
 
     python -m raco_cli.bench [--steps 300] [--reps 5] [--batch-size 512] [--methods raco_dp,dp_sgd]
     python -m raco_cli.bench --methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd
+    python -m raco_cli.bench --methods raco_dp,raco_dp:secure --baseline raco_dp --batched ""
+
+A ``:secure`` suffix runs the method with its noise and Poisson batches from the OS CSPRNG
+(``privacy.secure_rng=true``, the default under scope=model) instead of the seeded PRNG.
 
 Batched lines (``--batched 20,160``, on by default; docs/batched.md): the per-run cost of a
 step when R runs of the first method are trained as one problem
@@ -47,25 +51,25 @@ def main(argv: list[str] | None = None) -> int:
 
     def spec_of(name: str, private: bool) -> MethodSpec:
         return MethodSpec(
-            name=name, batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
+            name=name.split(":")[0], secure_rng=name.endswith(":secure"), batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
             clip_norm=1.0 if private else None,
             noise_multiplier=1.0 if private else None,
             hist_noise_multiplier=2.0 if private else None,
-            options={"lam": 1.0} if name == "dp_fermi" else {},
+            options={"lam": 1.0} if name.startswith("dp_fermi") else {},
         )
 
     ds = data.load(args.dataset, data_dir=Path(os.environ.get("RACO_DATA_DIR", PROJECT_ROOT / "datasets")), mirror=sources.mirror_from_env())
     names = args.methods.split(",")
     for name in names:
-        methods.get(name)  # unknown names fail before any work
+        methods.get(name.split(":")[0])  # unknown names fail before any work
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}  # process CPU time per step (whole fit): robust on a loaded machine
     print(f"dataset={args.dataset} n_train={len(ds.splits['train'])} batch={args.batch_size} steps={args.steps} reps={args.reps} threads={args.threads}")
     for rep in range(args.reps + 1):  # rep 0 warms up
         for name in names:
-            method = methods.get(name)
+            method = methods.get(name.split(":")[0])
             cons = constraints.build(
-                "none" if name == "dpse" else "dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05
+                "none" if name.startswith("dpse") else "dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05
             )
             spec = spec_of(name, method.PRIVATE)
             model = models.build("logreg", input_shape=ds.input_shape, n_classes=ds.n_classes)
@@ -76,16 +80,20 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[name].append(1000 * (time.process_time() - c0) / args.steps)
     for name in names:
         t = times[name]
-        note = "  [full batch]" if getattr(methods.get(name), "FULL_BATCH", False) else ""
+        note = "  [full batch]" if getattr(methods.get(name.split(":")[0]), "FULL_BATCH", False) else ""
         print(f"{name:<10} mean {statistics.mean(t):.4f} ms/step  (median {statistics.median(t):.4f}, min {min(t):.4f}, reps {len(t)}; "
               f"cpu {statistics.mean(cpu[name]):.4f} ms/step with setup){note}")
     base = statistics.mean(times[args.baseline])
     for name in names:
         if name != args.baseline:
             print(f"ratio {name}/{args.baseline}: {statistics.mean(times[name]) / base:.3f}")
+    for name in names:  # the price of secret randomness, method by method
+        seeded = name.removesuffix(":secure")
+        if name.endswith(":secure") and seeded in times and seeded != args.baseline:  # else printed above
+            print(f"ratio {name}/{seeded}: {statistics.mean(times[name]) / statistics.mean(times[seeded]):.3f}")
     sizes = [int(r) for r in args.batched.split(",") if r.strip()]
     first = names[0]
-    if sizes and hasattr(methods.get(first), "fit_many"):
+    if sizes and ":" not in first and hasattr(methods.get(first), "fit_many"):
         from raco_cli.methods.batched import Member
 
         one, one_cpu = statistics.mean(times[first]), statistics.mean(cpu[first])

@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     tput: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(args.reps + 1):  # rep 0 warms up (kernel selection, torch.func tracing)
         for name in names:
-            method = methods.get(name)
+            method = methods.get(name.split(":")[0])  # name:secure = the OS CSPRNG (privacy.secure_rng=true)
             private = method.PRIVATE
             spec = MethodSpec(
-                name=name, batch_size=batch, steps=steps, eval_every=10**9, micro_batch=micro, precision=args.precision,
+                name=name.split(":")[0], secure_rng=name.endswith(":secure"), batch_size=batch, steps=steps, eval_every=10**9, micro_batch=micro, precision=args.precision,
                 lr=0.2 if private else 0.01,
                 clip_norm=1.0 if private else None,
                 noise_multiplier=1.2 if private else None,
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         if name != args.baseline:
             print(f"ratio {name}/{args.baseline} throughput: {statistics.mean(tput[name]) / base:.3f}")
+    for name in names:  # the price of secret randomness, method by method
+        seeded = name.removesuffix(":secure")
+        if name.endswith(":secure") and seeded in tput and seeded != args.baseline:  # else printed above
+            print(f"ratio {name}/{seeded} throughput: {statistics.mean(tput[name]) / statistics.mean(tput[seeded]):.3f}")
     return 0
 
 

@@ -79,8 +79,8 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
     raco_dp: T x [Lap(b) on a sample, Gauss(sigma) on another] (independent sampling) or the
     shared step; dp_sgd: T x Gauss(sigma); dp_fermi: the noisy counts then T x one sample
     feeding two Gaussians (one Gaussian of sigma = (sigma_theta^-2 + sigma_W^-2)^-1/2);
-    dpse: one Gaussian (module docstring of raco_cli.methods.dpse); plus the DP standardisation
-    (a Gaussian) and the private selection (pure eps_sel-DP).
+    dpse: one Gaussian (module docstring of raco_cli.methods.dpse); plus the DP count of the
+    training rows and the DP standardisation (Gaussians) and the private selection (pure eps_sel-DP).
     """
     hp, T, q = summary["hyperparameters"], int(summary["steps"]), float(summary["sample_rate"])
     method = summary["method"]
@@ -105,6 +105,8 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
         run = _gaussian((o.get("count_noise_multiplier", 100.0) ** -2 + hp["noise_multiplier"] ** -2) ** -0.5)
     else:
         raise ValueError(f"no independent composition for method {method}")
+    if hp.get("size_noise", 0.0) > 0:  # the DP count of the training rows (scope=model)
+        run = run.compose(_gaussian(hp["size_noise"]))
     if hp.get("preprocessing_noise", 0.0) > 0:
         run = run.compose(_gaussian(hp["preprocessing_noise"]))
     if hp.get("selection_eps", 0.0) > 0:

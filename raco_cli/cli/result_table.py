@@ -7,10 +7,20 @@ from pathlib import Path
 from typing import Any
 
 SCOPE_NOTES = {
-    "model": "model (eps covers the model and every record written)",
+    "model": "model (eps covers the model and every record written; test metrics: exact, on the held-out test split)",
+    # privacy.secure_rng=false under scope=model: the recorded seed replays every batch and noise draw
+    "model-seeded": "model, seeded (eps holds only against readers without this run's seed: privacy.secure_rng=false)",
     "paper": "paper (eps covers training only: not the exact-data checkpoint choice, "
              "preprocessing statistics or training statistics in the records)",
 }
+
+
+def scope_note(summary: Mapping[str, Any]) -> str:
+    """What the printed epsilon covers, in one line (:data:`SCOPE_NOTES`)."""
+    scope = summary.get("privacy_scope", "paper")
+    if scope == "model" and not summary.get("secure_rng"):
+        scope = "model-seeded"
+    return SCOPE_NOTES.get(scope, "")
 
 
 def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
@@ -48,7 +58,10 @@ def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
         if summary.get("rho_spent") is not None:  # zCDP of the same event tree (privacy.rho: the target)
             target = f" of {summary['rho_target']:g}" if summary.get("rho_target") is not None else ""
             lines.append(f"  rho spent (zCDP)     {summary['rho_spent']:.4f}{target}")
-        lines.append(f"  privacy scope        {SCOPE_NOTES.get(summary.get('privacy_scope', 'paper'), '')}")
+        lines.append(f"  privacy scope        {scope_note(summary)}")
+        tuned = summary.get("tuned_on") or {}
+        if tuned.get("outside_eps") and summary.get("privacy_scope") == "model":
+            lines.append(f"  hyperparameters      chosen non-privately on this data ({tuned.get('split', 'train/val')}; outside eps)")
     else:
         lines.append("  eps spent            not private")
     lines += [

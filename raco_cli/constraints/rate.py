@@ -289,14 +289,18 @@ def denominators(membership: Any, H: Any, floor: float | None) -> Any:
 def rates(membership: Any, H: Any, floor: float | None, *, denom: Any = None) -> Any:
     """``P_k(D_I) = sum_{i in I} H[i, k] / |B_I|``, shape (M, K).
 
-    With ``floor=None`` (exact evaluation) an empty subset gives NaN rates.
+    With ``floor=None`` (exact evaluation) an empty subset gives NaN rates.  From a noisy
+    histogram (``floor`` set) a rate is clipped to [0, 1], the range every rate has: Laplace
+    noise makes a subset's class counts negative or larger than their noisy total, and the raw
+    ratio (e.g. 40 / (40 - 35) = 8) would throw the dual variables to their bound in one step
+    on small batches.  Clipping is post-processing of the released histogram.
     """
     if denom is None:
         denom = denominators(membership, H, floor)
     if floor is None:  # numpy only: evaluation of exact histograms
         with np.errstate(invalid="ignore", divide="ignore"):
             return (membership @ H) / np.where(denom == 0, np.nan, denom)[:, None]
-    return (membership @ H) / denom[:, None]
+    return ((membership @ H) / denom[:, None]).clip(0.0, 1.0)
 
 
 def gamma_post(membership: Any, alpha: Any, H: Any, floor: float | None, *, denom: Any = None) -> Any:

@@ -41,7 +41,7 @@ from raco_cli.errors import (
 from raco_cli.objectives import ObjectiveSpec
 from raco_cli.privacy.limits import check_noise
 
-Selection = Literal["best_feasible", "last", "random"]
+Selection = Literal["best_feasible", "last", "random", "average"]
 Dual = Literal["soft", "hard"]
 Optimizer = Literal["sgd", "momentum", "adam"]
 SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/privacy.md)
@@ -78,7 +78,10 @@ class MethodSpec:
         selection: ``best_feasible``: the evaluation with the highest validation accuracy
             among those whose hard train constraint holds (paper App. E.2); ``last``;
             ``random``: the iterate of a step drawn uniformly from 1..T before training (the
-            output of the DP-DRO paper's Algorithms 2 and 3; data-independent, so free).
+            output of the DP-DRO paper's Algorithms 2 and 3; data-independent, so free);
+            ``average``: the mean of the checkpoints evaluated at steps >= T/2 (tail
+            averaging of the iterates, which the convergence analyses of SGDA bound;
+            post-processing, so free and without a selection release).
         micro_batch: rows per chunk of the per-sample gradient computation (memory bound;
             results do not depend on it).
         precision: ``auto`` (bf16 autocast for non-linear models on CUDA, fp32 elsewhere),
@@ -94,6 +97,18 @@ class MethodSpec:
         preprocessing_noise: noise multiplier of the one Gaussian release of the DP
             standardisation (``dataset.preprocessing=dp``, :mod:`raco_cli.privacy.preprocessing`);
             0 = no such release.  Composed into the run's event by the planner.
+        size_noise: noise multiplier (in rows) of the one Gaussian release of the training
+            size, the DP count ``n + N(0, size_noise^2)`` (``privacy.size_noise_multiplier``,
+            scope=model); 0 = the exact size is treated as public (scope=paper).
+        train_size: the training size the run may use: q = B / train_size and every
+            normaliser of a noisy sum (the released DP count under scope=model); None = the
+            exact number of training rows (scope=paper, non-private methods).
+        estimate_noise: noise multiplier of the one Gaussian release of a table's private
+            bounds, level lists and missing-value indicators (``private`` values of
+            ``dataset=table``, :mod:`raco_cli.privacy.estimates`); 0 = no such release.
+        reserved_delta: the part of delta the thresholding of that release takes (its
+            data-dependent levels); the accountant computes epsilon at ``delta - reserved_delta``
+            (:meth:`accounting_delta`).
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
         objective: the ``objective`` config group (``erm``, or the DRO objective of
             :mod:`raco_cli.objectives`).
@@ -124,8 +139,21 @@ class MethodSpec:
     scope: str = "paper"
     selection_eps: float = 0.0
     preprocessing_noise: float = 0.0
+    size_noise: float = 0.0
+    train_size: float | None = None
+    estimate_noise: float = 0.0
+    reserved_delta: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
+
+    def size_of(self, n_rows: int) -> float:
+        """The training size this run uses (:attr:`train_size`, else the exact ``n_rows``)."""
+        return float(n_rows) if self.train_size is None else float(self.train_size)
+
+    def accounting_delta(self, delta: float) -> float:
+        """The delta at which the PLD accountant computes this run's epsilon: the run's delta
+        less what the thresholding of a private level estimate reserved (:attr:`reserved_delta`)."""
+        return float(delta) - self.reserved_delta
 
     def required(self, key: str) -> float:
         """A numeric setting a private method needs (the planner checked it is set)."""
@@ -161,10 +189,13 @@ class MethodSpec:
         _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
-        _choice("method.selection", self.selection, ("best_feasible", "last", "random"), "the reported checkpoint rule.")
+        _choice("method.selection", self.selection, ("best_feasible", "last", "average", "random"),
+                "the reported checkpoint rule (or auto: average under privacy.scope=model, best_feasible under paper).")
         _choice("privacy.scope", self.scope, SCOPES, "model: eps covers the model and every record; paper: the paper's protocol.")
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",
+                  allow_zero=True)
+        _positive("dataset.estimate_noise_multiplier", self.estimate_noise, "the noise multiplier of the private estimates.",
                   allow_zero=True)
         if not 0 <= self.momentum < 1:
             raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))
@@ -202,6 +233,9 @@ class Seeds:
         selection: Gumbel noise of the private checkpoint selection (``scope=model``); its
             own stream, so training noise is the same in both scopes.
         preprocessing: Gaussian noise of the DP standardisation (``dataset.preprocessing=dp``).
+        size: Gaussian noise of the DP count of the training rows (``privacy.scope=model``).
+        estimates: Gaussian noise of a table's private estimates (``private`` values of
+            ``dataset=table``, :mod:`raco_cli.privacy.estimates`).
     """
 
     seed: int
@@ -210,14 +244,17 @@ class Seeds:
     noise: int
     selection: int = 0
     preprocessing: int = 0
+    size: int = 0
+    estimates: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        # spawn(5)[:4] == spawn(4): adding a seed leaves the earlier ones unchanged
-        init, sampling, noise, selection, preprocessing = (
-            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(5)
+        # spawn(7)[:6] == spawn(6): adding a seed leaves the earlier ones unchanged
+        init, sampling, noise, selection, preprocessing, size, estimates = (
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(7)
         )
-        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing)
+        return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing,
+                   size=size, estimates=estimates)
 
 
 @dataclass

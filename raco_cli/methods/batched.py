@@ -264,15 +264,20 @@ class GroupOptimizer:
         return torch.as_tensor(values, dtype=like.dtype, device=like.device).view(-1, *([1] * (like.dim() - 1)))
 
     @torch.no_grad()
-    def step(self, params: list[torch.Tensor], grads: list[torch.Tensor], *, scale: float) -> None:
+    def step(self, params: list[torch.Tensor], grads: list[torch.Tensor], *, scale: float | np.ndarray) -> None:
+        """One update; ``scale``: the normaliser of the noisy sums, one for all runs or one per run
+        (runs whose released training sizes differ, privacy/size.py)."""
+        scales = np.asarray(scale, dtype=np.float64)
+        if scales.ndim and np.all(scales == scales.flat[0]):  # one value: the scalar path, bit for bit
+            scales = np.asarray(scales.flat[0])
         self.t += 1
         if not self.state:
             self.state = [{} for _ in params]
         for p, g, st in zip(params, grads, self.state):
             if self.kind == "sgd":
-                p.add_(g * self._per_run(-(self.lr * scale), p))
+                p.add_(g * self._per_run(-(self.lr * scales), p))
                 continue
-            g = g * scale
+            g = g * (float(scales) if not scales.ndim else self._per_run(scales, g))
             if self.kind == "momentum":
                 mom = self.momentum.view(-1, *([1] * (p.dim() - 1)))
                 st["buf"] = g.clone() if "buf" not in st else st["buf"] * mom + g
@@ -390,12 +395,14 @@ def per_run(values: Sequence[float], device: torch.device, *, dims: int = 3, dty
 class GroupCheckpoints:
     """Each run's :class:`raco_cli.methods.training.Checkpoints`, fed one group evaluation."""
 
-    def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device) -> None:
+    def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device,
+                 *, steps: int | None = None) -> None:
         self.members, self.layers = members, layers
         self.model_scope = members[0].spec.scope == "model"
         self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
         self.runs = [
-            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter, selection_seed=m.seeds.selection)
+            training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter,
+                                 selection_seed=m.seeds.selection, steps=steps)
             for m in members
         ]
 
@@ -407,8 +414,20 @@ class GroupCheckpoints:
             layer.bias.copy_(b[r])
             run.record(step, [float(v) for v in lam[r]], window=windows[r], metrics=metrics[r])
 
+    @torch.no_grad()
     def finish(self) -> list[tuple[list, int, dict]]:
-        return [run.finish() for run in self.runs]
+        """Each run's :meth:`~raco_cli.methods.training.Checkpoints.finish`; the runs with
+        ``selection=average`` get their averaged parameters evaluated as one group evaluation."""
+        averaged = [run.averaged_state() for run in self.runs]
+        if all(a is None for a in averaged):
+            return [run.finish() for run in self.runs]
+        for m, a in zip(self.members, averaged):
+            if a is not None:
+                m.model.load_state_dict(a)
+        W = torch.stack([layer.weight.detach() for layer in self.layers])
+        b = torch.stack([layer.bias.detach() for layer in self.layers])
+        metrics = self.evaluator.evaluate(W, b)
+        return [run.finish(metrics[r] if a is not None else None) for r, (run, a) in enumerate(zip(self.runs, averaged))]
 
 
 def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:

@@ -254,8 +254,9 @@ def fit(
     lam, with_w = o["lam"], _releases_w(o)
     train_idx = np.asarray(data.splits["train"])
     n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
-    q = min(1.0, spec.batch_size / n)
-    expected_batch = q * n
+    size = spec.size_of(n)  # exact (scope=paper) or the released DP count (privacy/size.py)
+    q = min(1.0, spec.batch_size / size)
+    expected_batch = q * size
     groups = data.group[train_idx]
     rows = training.Rows(data, train_idx, groups, device)
 
@@ -275,7 +276,8 @@ def fit(
     std_theta = spec.noise_multiplier * spec.clip_norm
     std_w = o["noise_multiplier_w"] * o["clip_norm_w"]
 
-    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter,
+                                       selection_seed=seeds.selection, steps=steps)
     zero = torch.zeros((), device=device)
     clipped, clipped_w, norm_sum, nonfinite, batch_sum = zero.long(), zero.long(), zero, zero.long(), 0
     clock = StepClock()
@@ -365,8 +367,9 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     with_w = [_releases_w(o) for o in opts]
     train_idx = np.asarray(data.splits["train"])
     n, k, n_cls = len(train_idx), data.n_groups, data.n_classes
-    q = min(1.0, specs[0].batch_size / n)
-    expected_batch = q * n
+    # each run's rate from its own public training size (exact, or its released DP count)
+    q = np.array([min(1.0, sp.batch_size / sp.size_of(n)) for sp in specs])
+    expected_batch = q * np.array([sp.size_of(n) for sp in specs])
     groups = data.group[train_idx]
     rows = batched.GroupRows(data, train_idx, groups, [m.scaling for m in members], device, n_cells=k, neutralise_cells=False)
     W, b, layers = batched.initial_parameters(members, device)
@@ -387,11 +390,11 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     clip = batched.per_run([sp.clip_norm for sp in specs], device, dims=2)  # type: ignore[misc]
     clip_w = batched.per_run([o["clip_norm_w"] for o in opts], device, dims=2)
     reg = batched.per_run(lams, device)
-    step_w = np.array([sp.lr_dual / expected_batch for sp in specs])
+    step_w = np.array([sp.lr_dual / e for sp, e in zip(specs, expected_batch)])
     radius = np.array([o["w_radius"] for o in opts])
     has_w = torch.as_tensor(with_w, device=device).view(R, 1, 1)
 
-    checkpoints = batched.GroupCheckpoints(data, members, layers, device)
+    checkpoints = batched.GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped, clipped_w = torch.zeros(R, dtype=torch.long), torch.zeros(R, dtype=torch.long)
     norm_sum, nonfinite = torch.zeros(R), torch.zeros(R, dtype=torch.long)
     batch_sum = np.zeros(R, dtype=np.int64)
@@ -452,7 +455,7 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
             history=history, selected=selected, steps=steps, lam=[float(v) for v in Wd[r].flatten().cpu()], state_dict=state,
             stats={
                 **batched.run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
-                                    sample_rate=q),
+                                    sample_rate=float(q[r])),
                 "clip_fraction_w": float(clipped_w[r]) / max(int(batch_sum[r]), 1),
                 "fermi_lambda": lams[r],
                 "group_proportions": {name: float(v) for name, v in zip(data.group_names, p_hats[r])},

@@ -353,7 +353,8 @@ def fit(
     all_rows = rows.batch(torch.arange(n, device=device), labels=True) if one_release else None
     batches = [] if one_release else [rows.batch(idx, labels=True) if len(idx) else None for idx in members]
 
-    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = training.Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter,
+                                       selection_seed=seeds.selection, steps=steps)
     zero = torch.zeros((), device=device)
     clipped, nonfinite, penalty_on = zero.long(), zero.long(), 0
     penalized = [0] * k  # steps on which each group was the penalised k* (a function of the noisy losses)

@@ -16,8 +16,10 @@ import dp_accounting as dpa
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import Method, MethodSpec
 from raco_cli.privacy import accountant, limits
+from raco_cli.privacy.estimates import estimates_event
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
+from raco_cli.privacy.size import size_event
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +44,15 @@ class PrivacyPlan:
 
 
 def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
-    """The releases a private run makes once, outside its steps: the DP standardisation
-    (``dataset.preprocessing=dp``) before training and the private checkpoint selection
-    (``privacy.scope=model``) after it."""
+    """The releases a private run makes once, outside its steps: a table's private estimates
+    (``private`` bounds / levels / indicators of ``dataset=table``), the DP count of the
+    training rows and the DP standardisation (``dataset.preprocessing=dp``) before training,
+    and the private checkpoint selection (``privacy.scope=model``) after it."""
     out = []
+    if spec.estimate_noise > 0:
+        out.append(estimates_event(spec.estimate_noise))
+    if spec.size_noise > 0:
+        out.append(size_event(spec.size_noise))
     if spec.preprocessing_noise > 0:
         out.append(standardization_event(spec.preprocessing_noise))
     if spec.selection_eps > 0:
@@ -82,7 +89,7 @@ def plan(
     method: Method,
     spec: MethodSpec,
     *,
-    n_train: int,
+    n_train: float,
     eps: float,
     delta: float,
     constrained: bool,
@@ -126,7 +133,7 @@ def plan_uncached(
     method: Method,
     spec: MethodSpec,
     *,
-    n_train: int,
+    n_train: float,
     eps: float,
     delta: float,
     constrained: bool,
@@ -143,11 +150,14 @@ def plan_uncached(
         PrivacyBudgetError: the budget cannot be met with these settings.
         ConfigError: a private method lacks a noise multiplier or clip norm.
     """
+    delta = spec.accounting_delta(delta)  # less what a private level estimate's threshold reserved
     full_batch = bool(getattr(method, "FULL_BATCH", False))
     if spec.batch_size > n_train and not full_batch:
+        estimate = ", a DP estimate under privacy.scope=model" if spec.train_size is not None else ""
         raise ConfigError(
-            f"method.batch_size must be <= the number of training rows (got batch_size={spec.batch_size}, "
-            f"n_train={n_train}); it is the expected Poisson batch size."
+            f"method.batch_size must be <= the number of training rows (got method.batch_size={spec.batch_size}; "
+            f"the training split has {n_train:.0f} rows{estimate}); it is the expected Poisson batch size. "
+            f"Use e.g. method.batch_size={max(1, int(n_train // 10))}."
         )
     q = 1.0 if full_batch else spec.batch_size / n_train
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)

@@ -241,6 +241,7 @@ class Checkpoints:
         device: torch.device,
         reporter: Reporter,
         selection_seed: int = 0,
+        steps: int | None = None,
     ) -> None:
         self.engine, self.model, self.data, self.constraints = engine, model, data, constraints
         self.spec, self.device, self.reporter = spec, device, reporter
@@ -251,6 +252,10 @@ class Checkpoints:
         self._score = 0.0  # its noisy selection score
         self._pending_window: tuple[Any, int] | None = None
         self.noisy_max: NoisyArgmax | None = None
+        # selection=average: the mean of the checkpoints of the second half of training (steps >= T/2)
+        self.tail_from = None if spec.selection != "average" else (steps or 0) / 2
+        self.tail: tuple[dict[str, torch.Tensor], int] | None = None  # (running sum of the states, count)
+        self.tail_window: tuple[Any, int] | None = None  # the noisy dual gradients of those steps
         if self.model_scope and spec.selection == "best_feasible":
             if not spec.selection_eps > 0:
                 raise ValueError("scope=model with selection=best_feasible needs selection_eps > 0")
@@ -295,6 +300,8 @@ class Checkpoints:
             metrics = {"test": metrics["test"], "release": _feasibility(window)}
         self.history.append(EvalRecord(step=step, metrics=metrics, lam=lam))
         self.states[index] = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        if self.tail_from is not None and step >= self.tail_from:
+            self._add_to_tail(self.states[index], window)
         if self.model_scope:
             self._pending, self._pending_window = index, window
         else:
@@ -326,8 +333,43 @@ class Checkpoints:
             return len(self.history) - 1
         return self.noisy_max.best
 
-    def finish(self) -> tuple[list[EvalRecord], int, dict]:
+    def _add_to_tail(self, state: dict[str, torch.Tensor], window: tuple[Any, int] | None) -> None:
+        if self.tail is None:
+            self.tail = ({k: v.double() if v.is_floating_point() else v for k, v in state.items()}, 1)
+        else:
+            total, count = self.tail
+            self.tail = ({k: total[k] + v if v.is_floating_point() else v for k, v in state.items()}, count + 1)
+        self.tail_window = _add_windows(self.tail_window, window)
+
+    def averaged_state(self) -> dict[str, torch.Tensor] | None:
+        """selection=average: the mean of the tail checkpoints' parameters (integer buffers: the
+        last), or None when there is nothing to average.  Post-processing of the releases."""
+        if self.tail is None:
+            return None
+        total, count = self.tail
+        like = self.states[len(self.history) - 1]
+        return {k: (v / count).to(like[k].dtype) if like[k].is_floating_point() else like[k] for k, v in total.items()}
+
+    def finish(self, averaged_metrics: dict[str, Any] | None = None) -> tuple[list[EvalRecord], int, dict]:
+        """The history, the reported checkpoint's index and its state.
+
+        selection=average: the tail mean is evaluated (here, or by the caller who passes its
+        ``averaged_metrics``: batched training) and reported as one more record at the last
+        step, its feasibility read from the noisy dual gradients of the averaged steps."""
         self._settle()
+        averaged = self.averaged_state()
+        if averaged is not None:
+            self.model.load_state_dict(averaged)
+            metrics = averaged_metrics
+            if metrics is None:
+                metrics = evaluate_all(self.engine, self.data, self.constraints, temperature=self.spec.temperature,
+                                       device=self.device, robust=self.spec.objective.is_dro)
+            if self.model_scope:
+                metrics = {"test": metrics["test"], "release": _feasibility(self.tail_window)}
+            last = self.history[-1]
+            self.history.append(EvalRecord(step=last.step, metrics=metrics, lam=last.lam))
+            self.states[len(self.history) - 1] = averaged  # (its metrics reach MLflow as final/*, not as a history point)
+            return self.history, len(self.history) - 1, averaged
         selected = self.selected()
         self.model.load_state_dict(self.states[selected])
         return self.history, selected, self.states[selected]

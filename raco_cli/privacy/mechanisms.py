@@ -144,23 +144,29 @@ def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, 
 def gaussian_noise(shape: tuple[int, ...], std: float, generator: NoiseSource, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """i.i.d. N(0, std^2) noise.
 
-    With a :class:`SecureNoise` source: Box-Muller on CSPRNG uniforms, in float64.
+    With a :class:`SecureNoise` source: Box-Muller on CSPRNG uniforms, in float64, both of
+    its outputs used (r cos and r sin of one pair of uniforms are independent N(0, 1)), so a
+    normal costs one 8-byte uniform: the OS CSPRNG's throughput is what bounds the cost.
     """
     if isinstance(generator, SecureNoise):
-        u = generator.uniform((2, *shape))
-        z = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos(2.0 * torch.pi * u[1])
-        return (std * z).to(dtype)
+        n = int(np.prod(shape)) if shape else 1
+        u = generator.uniform((2, (n + 1) // 2))
+        r, angle = torch.sqrt(-2.0 * torch.log(u[0])), 2.0 * torch.pi * u[1]
+        z = torch.cat([r * torch.cos(angle), r * torch.sin(angle)])[:n]
+        return (std * z).reshape(shape).to(dtype)
     return std * torch.randn(shape, generator=generator, dtype=dtype, device=generator.device)
 
 
 def poisson_sample_many(
-    n: int, sample_rate: float, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1
+    n: int, sample_rate: float | np.ndarray, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`poisson_sample` of R runs at once, each from its own generator (batched training).
 
-    Run r's samples are exactly ``poisson_sample(n, q, generators[r], count=count)``: the
+    Run r's samples are exactly ``poisson_sample(n, q_r, generators[r], count=count)``: the
     same uniforms are drawn from its generator in the same order (one chunk, more only in the
     rare case one chunk does not reach the end), and the gap arithmetic is elementwise.
+    ``sample_rate``: one q for every run, or one per run (runs whose released training sizes
+    differ, privacy/size.py).
 
     Returns:
         ``(idx, lengths)``: ``idx`` (R, count, B) int64, row ``idx[r, k, :lengths[r, k]]``
@@ -168,12 +174,17 @@ def poisson_sample_many(
         zero pad row); ``lengths`` (R, count) int64.  B is the longest sample of the call.
     """
     R, total = len(generators), count * n
-    if sample_rate >= 1.0 or R == 0:
+    rates = np.broadcast_to(np.asarray(sample_rate, dtype=np.float64), (R,))
+    if R and len(set(rates.tolist())) > 1:  # per-run rates: each run as poisson_sample draws it
+        rows = [np.concatenate([s.numpy() + k * n for k, s in enumerate(poisson_sample(n, float(q), g, count=count))])
+                for q, g in zip(rates, generators)]
+    elif R == 0 or rates[0] >= 1.0:
         rows = [np.arange(total, dtype=np.int64)] * R
     else:
-        expected = total * sample_rate
+        q = float(rates[0])
+        expected = total * q
         chunk = int(expected + 6.0 * expected**0.5 + 16)
-        log_keep = math.log1p(-sample_rate)
+        log_keep = math.log1p(-q)
         U = np.stack([g.random(chunk) for g in generators]) if R else np.zeros((0, chunk))
         positions = np.cumsum(np.floor(np.log1p(-U) / log_keep) + 1.0, axis=1) - 1.0
         short = np.flatnonzero(positions[:, -1] < total)

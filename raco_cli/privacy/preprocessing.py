@@ -22,7 +22,8 @@ Precision: the noise on a mean is ``σ√(2m) / n`` in units of the public range
 whose spread is small against its public bounds needs a smaller σ (Parkinsons: n = 3 745, 19
 columns, ``dataset.dp_noise_multiplier: 5``) or tighter public bounds.
 
-``n`` (the number of training rows) is public here as everywhere in raco (q = B / n).
+``n`` is the run's public training size: under ``privacy.scope=model`` the released DP count
+(:mod:`raco_cli.privacy.size`), under ``scope=paper`` the exact number of training rows.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def noisy_moments(u: np.ndarray, noise_multiplier: float, source: NoiseSource) -
     return sums + noise
 
 
-def moments_to_scaling(noisy: np.ndarray, n: int, noise_multiplier: float) -> tuple[np.ndarray, np.ndarray]:
+def moments_to_scaling(noisy: np.ndarray, n: float, noise_multiplier: float) -> tuple[np.ndarray, np.ndarray]:
     """Post-processing of the release: per-column (mean, std) of ``u``.
 
     >>> mean, std = moments_to_scaling(np.array([2.0, 2.0]), 4, 1e-9)
@@ -89,18 +90,19 @@ def moments_to_scaling(noisy: np.ndarray, n: int, noise_multiplier: float) -> tu
     return mean, np.sqrt(var)
 
 
-def dp_scaling(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+def dp_scaling(data: TabularData, *, noise_multiplier: float, source: NoiseSource,
+               size: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The release of :func:`dp_standardize` and its post-processing: per-column (mean, std)
     of ``u = (x + 1) / 2`` for the first :func:`numeric_features` columns (module docstring).
 
     Batched training (docs/batched.md) keeps one public X for the group and applies each
     run's scaling to the rows it gathers (:func:`standardize_columns`), so R runs never hold
-    R copies of the features."""
+    R copies of the features.  ``size``: the run's public training size (None: the exact n)."""
     m = numeric_features(data)
     train = np.asarray(data.splits["train"])
     train_u = _unit(np.asarray(data.rows(train))[:, :m])
     noisy = releases.release("preprocessing", lambda: noisy_moments(train_u, noise_multiplier, source))
-    return moments_to_scaling(np.asarray(noisy), len(train), noise_multiplier)
+    return moments_to_scaling(np.asarray(noisy), len(train) if size is None else size, noise_multiplier)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -139,13 +141,13 @@ def scale_rows(X: np.ndarray, mean: np.ndarray, std: np.ndarray, missing: np.nda
     return out
 
 
-def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseSource) -> TabularData:
+def dp_standardize(data: TabularData, *, noise_multiplier: float, source: NoiseSource, size: float | None = None) -> TabularData:
     """``data`` with its publicly scaled numeric columns standardised by DP estimates
     (module docstring); the release goes through :func:`raco_cli.privacy.releases.release`."""
     m = numeric_features(data)
     if m == 0:
         return data
-    mean, std = dp_scaling(data, noise_multiplier=noise_multiplier, source=source)
+    mean, std = dp_scaling(data, noise_multiplier=noise_multiplier, source=source, size=size)
     return apply_scaling(data, mean, std)
 
 

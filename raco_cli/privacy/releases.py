@@ -78,7 +78,12 @@ def recording() -> Iterator[Tape]:
 
 @contextmanager
 def replaying(tape: Tape) -> Iterator[Tape]:
-    """Replay ``tape``'s releases, in order, in place of the mechanisms inside the block."""
+    """Replay ``tape``'s releases, in order, in place of the mechanisms inside the block.
+
+    Raises:
+        RuntimeError: the block ended with releases left on the tape (the replayed run made
+            fewer releases than the recorded one: it cannot have computed the same thing).
+    """
     replay = Tape()
     replay.entries, replay.replaying = tape.entries, True
     token = _ACTIVE.set(replay)
@@ -86,3 +91,6 @@ def replaying(tape: Tape) -> Iterator[Tape]:
         yield replay
     finally:
         _ACTIVE.reset(token)
+    if replay._position != len(replay.entries):
+        left = replay.entries[replay._position][0]
+        raise RuntimeError(f"tape not consumed: {len(replay.entries) - replay._position} release(s) left, the next a {left}")

@@ -26,9 +26,16 @@ from typing import Any
 from raco_cli.errors import RacoError
 from raco_cli.run.finish import finish_run
 from raco_cli.run.prepare import prepare_run
-from raco_cli.run.progress import FanOut, Progress
+from raco_cli.run.progress import FanOut, Progress, untimed_logs
 from raco_cli.run.records import open_recorder, record_failure_quietly, tag_error
-from raco_cli.run.train import check_writable, draw_curves, set_threads, train, warn_secure_rng
+from raco_cli.run.train import (
+    check_writable,
+    draw_curves,
+    model_scope,
+    set_threads,
+    train,
+    warn_secure_rng,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +101,12 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
     """Prepare every run, train compatible runs together, finish each; a summary per run
     (None for a run that failed, which is recorded FAILED in MLflow).  ``on_result``: called
     with each finished run's summary and directory."""
+    with untimed_logs(any(model_scope(m["config"]) for m in members)):
+        return _train_group(members, sweep_dir=sweep_dir, memory_gb=memory_gb, on_result=on_result)
+
+
+def _train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float,
+                 on_result: OnResult) -> list[dict[str, Any] | None]:
     t0 = time.time()
     out: list[dict[str, Any] | None] = [None] * len(members)
     batches: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
@@ -177,7 +190,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                    reporter=FanOut(rec), scaling=prep.scaling)
             for (_, prep), rec in zip(runs, recorders)
         ]
-        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.name} x{R}", show_values=False)
+        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.display} x{R}", show_values=False)
         try:
             results = first.method.fit_many(first.data, members, steps=first.plan.steps, device=first.device, reporter=progress)
         finally:

@@ -108,6 +108,7 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     from raco_cli.methods.training import resolve_device
     from raco_cli.privacy.mechanisms import noise_source
     from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
+    from raco_cli.privacy.size import dp_size
 
     spec = build_run_spec(cfg)
     resolved = plain_config(cfg)
@@ -116,15 +117,25 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     data = load_data(spec)
     seeds = Seeds.from_seed(spec.seed)
     method_spec = spec.method
+    if data.meta.get("pending"):  # dataset=table's private values: one accounted release, from the training split
+        data, method_spec = estimate_private_values(spec, data, method_spec, seeds)
+    n_rows = len(data.splits["train"])
+    size: float | None = None  # the training size the run may use (None: the exact n, scope=paper)
+    if spec.scope == "model" and method.PRIVATE:
+        # n itself is data under add/remove adjacency: one accounted Gaussian count, first
+        # (raco_cli/privacy/size.py); everything below reads n~, never n
+        size = dp_size(n_rows, noise_multiplier=spec.size_noise_multiplier,
+                       source=noise_source(seeds.size, "cpu", secure=spec.secure_rng))
+        method_spec = replace(method_spec, size_noise=spec.size_noise_multiplier, train_size=size)
     scaling = None
     if spec.dataset.preprocessing == "dp" and numeric_features(data):
         # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
         sigma = spec.dataset.dp_noise_multiplier
         source = noise_source(seeds.preprocessing, "cpu", secure=spec.secure_rng)
         if shared_features:
-            scaling = dp_scaling(data, noise_multiplier=sigma, source=source)
+            scaling = dp_scaling(data, noise_multiplier=sigma, source=source, size=size)
         else:
-            data = dp_standardize(data, noise_multiplier=sigma, source=source)
+            data = dp_standardize(data, noise_multiplier=sigma, source=source, size=size)
         method_spec = replace(method_spec, preprocessing_noise=sigma)
     if spec.scope == "paper" or not method.PRIVATE:  # exact training statistics: paper scope only
         log.info("Group sizes (train): %s", data.group_sizes("train"))
@@ -144,8 +155,8 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
         validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
-    n_train = len(data.splits["train"])
-    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n is public, as in q = B / n)
+    n_train = method_spec.size_of(n_rows)
+    if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n: the run's public training size)
         spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
         log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
     pplan = plan(
@@ -157,6 +168,35 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
         model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
         preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
     )
+
+
+def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: Any) -> tuple[Any, Any]:
+    """A table's ``private`` bounds, level lists and missing-value indicators, estimated in one
+    Gaussian release from its training split (:mod:`raco_cli.privacy.estimates`), drawn per
+    run (never cached with the data), then the table encoded with them; the method spec
+    gains the release's noise multiplier (its DpEvent in the plan) and the delta its threshold
+    reserves.
+
+    Raises:
+        ConfigError: ``privacy.delta_exponent`` (delta must be known before n), or an
+            estimate that leaves the label fewer than two classes.
+    """
+    from raco_cli.data.table import finish
+    from raco_cli.errors import ConfigError
+    from raco_cli.privacy.estimates import estimate_table
+    from raco_cli.privacy.mechanisms import noise_source
+
+    if spec.delta_exponent is not None:
+        raise ConfigError(f"privacy.delta_exponent={spec.delta_exponent:g} cannot be combined with private values of the table "
+                          "(their threshold needs delta before the training size is known); set privacy.delta_exponent=null "
+                          "or declare the values public.")
+    sigma = spec.dataset.estimate_noise_multiplier
+    est = estimate_table(data, noise_multiplier=sigma, eps=spec.eps, delta=spec.delta,
+                         source=noise_source(seeds.estimates, "cpu", secure=spec.secure_rng))
+    log.info("Private estimates (one Gaussian release over %d columns, noise multiplier %g, noise std %.4g, threshold %.4g): %s",
+             est.columns, sigma, est.std, est.threshold, json.dumps({k: v for k, v in est.to_dict().items()
+                                                                    if k in ("bounds", "levels", "missing_indicator")}))
+    return finish(data, est), replace(method_spec, estimate_noise=sigma, reserved_delta=est.reserved_delta)
 
 
 def check_task(spec: RunSpec, method: Any, data: Any) -> None:

@@ -7,8 +7,10 @@ A method reports through ``on_step`` / ``on_eval`` (:class:`raco_cli.methods.bas
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -69,3 +71,27 @@ class FanOut:
     def on_eval(self, record: Any) -> None:
         for r in self.reporters:
             r.on_eval(record)
+
+
+@contextmanager
+def untimed_logs(active: bool = True) -> Iterator[None]:
+    """While active, the log files (the root logger's file handlers: Hydra's ``<job>.log``)
+    write no clock time: a private run under ``privacy.scope=model`` logs a line per evaluation,
+    and their times would time each window (step times follow the private batch sizes)."""
+    if not active:
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and h.formatter is not None]
+    saved = [h.formatter for h in handlers]
+    for h in handlers:
+        fmt = getattr(h.formatter, "_fmt", None) or "%(message)s"
+        h.setFormatter(logging.Formatter(UNTIMED.sub("", fmt).strip() or "%(message)s"))
+    try:
+        yield
+    finally:
+        for h, f in zip(handlers, saved):
+            h.setFormatter(f)
+
+
+# %(asctime)s, %(created)f, %(msecs)d, %(relativeCreated)d and the brackets or separator around them
+UNTIMED = re.compile(r"\[?%\((asctime|created|msecs|relativeCreated)\)[-#0 +]*\d*(\.\d+)?[sdf]\]?[ ,:-]*")

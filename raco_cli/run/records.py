@@ -24,7 +24,7 @@ ROBUST_METRICS = ("worst_group_accuracy", "worst_class_accuracy", "balanced_accu
 
 def run_name(spec: Any) -> str:
     budget = f"rho{spec.rho:g}" if getattr(spec, "rho", None) is not None else f"eps{spec.eps:g}"
-    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-{budget}-seed{spec.seed}"
+    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.display}-{spec.constraint.name}-{budget}-seed{spec.seed}"
 
 
 def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:
@@ -38,7 +38,7 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
     return {
         **extra_tags(resolved),
         "method": spec.method.name,
-        "dataset": spec.dataset.name,
+        "dataset": spec.dataset.display,
         "constraint": spec.constraint.name,
         "raco.config_hash": spec.config_hash,
         "raco.run_dir": str(run_dir),
@@ -48,7 +48,8 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
 def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any = None, buffered: bool = False) -> Any:
     """The run's MLflow run (None when tracking is off); ``client``/``buffered``: see
     :class:`raco_cli.tracking.mlflow_store.RunRecorder` (a sweep group shares one client and
-    logs its evaluations in bulk)."""
+    logs its evaluations in bulk).  Under full records metrics carry their clock time; a
+    private scope=model run's carry none (no per-window timing)."""
     spec, seeds = prep.spec, prep.seeds
     if not spec.tracking.enabled:
         return None
@@ -65,7 +66,7 @@ def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: A
     }
     recorder = RunRecorder(
         uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=prep.resolved, tags=tags,
-        parent_sweep_dir=sweep_dir, client=client, buffered=buffered,
+        parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RUN_ID_FILE).write_text(recorder.run_id)

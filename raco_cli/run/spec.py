@@ -25,7 +25,11 @@ from raco_cli.privacy.limits import check_noise
 # Everything else is in, the seed included: the hash identifies one computation.
 TASK_CHOICES = ("auto", "classification", "regression")
 MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 is eps ~ 92 at delta 1e-5)
-_HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download")
+# MethodSpec fields the run layer sets (scope, noise source, private selection, preprocessing
+# and size releases): not settable as method.<key>
+RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "estimate_noise",
+             "reserved_delta", "objective")
+_HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download", "method.tuned_on")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,12 @@ class DatasetSpec:
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
+    estimate_noise_multiplier: float = 20.0  # dataset.estimate_noise_multiplier: the Gaussian of a table's private estimates
+    title: str = ""  # the name runs and summaries carry: the dataset, or a table's name (dataset.options.name, else the file stem)
+
+    @property
+    def display(self) -> str:
+        return self.title or self.name
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,8 @@ class RunSpec:
     delta_exponent: float | None = None  # privacy.delta_exponent: delta = n_train^-exponent (set once the data is loaded)
     task: str = "auto"  # task: auto (the dataset's) | classification | regression
     rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
+    size_noise_multiplier: float = 50.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
+    tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -134,8 +146,10 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
     if name not in methods.METHODS:
         raise unknown_name("method", name, methods.METHODS)
     kwargs: dict[str, Any] = {}
-    known = {f.name: f for f in fields(MethodSpec)}
+    known = {f.name: f for f in fields(MethodSpec) if f.name not in RUN_LEVEL}
     for key, value in cfg.items():
+        if key == "tuned_on":  # provenance of the values (RunSpec.tuned_on), not a setting
+            continue
         if key not in known:
             raise ConfigError(
                 f"Unknown key method.{key}. Allowed: {', '.join(sorted(known))}. "
@@ -291,7 +305,6 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     from raco_cli.privacy.limits import check_discretization
 
     check_discretization("privacy.discretization", discretization)
-    secure_rng = _boolean(privacy, "secure_rng", "privacy.secure_rng", "use a cryptographically secure noise source.")
     rho = privacy.get("rho")
     if rho is not None:
         rho = _number(privacy, "rho", "privacy.rho", "a rho-zCDP budget (null: use eps).")
@@ -306,6 +319,12 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     if scope not in SCOPES:
         raise ConfigError(CHOICE.format(key="privacy.scope", choices=", ".join(SCOPES), value=scope,
                                         meaning="model: eps covers the model and every record; paper: the paper's protocol."))
+    secure_rng = _secure_rng(privacy.get("secure_rng", "auto"), scope)
+    size_noise = _number({"s": privacy.get("size_noise_multiplier", 50.0)}, "s", "privacy.size_noise_multiplier",
+                         "the noise multiplier of the DP count of the training rows (scope=model).")
+    if not math.isfinite(size_noise) or size_noise <= 0:
+        raise ConfigError(f"privacy.size_noise_multiplier must be a positive finite number (got privacy.size_noise_multiplier="
+                          f"{size_noise}); it is the Gaussian noise (in rows) of the DP count of the training rows (default 50).")
     share = _number({"s": privacy.get("selection_share", 0.05)}, "s", "privacy.selection_share",
                     "the share of eps spent on the private checkpoint choice.")
     if not 0 < share < 1:
@@ -340,6 +359,16 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     if not isinstance(bounds, Mapping):
         raise ConfigError(TYPE.format(key="dataset.bounds", expected="a mapping column -> [lo, hi]", value=bounds,
                                       meaning="public feature bounds (conf/dataset/<name>.yaml)."))
+    from raco_cli.data.provenance import data_derived, refusal
+
+    derived = data_derived(ds)
+    if derived and scope == "model":  # a value read from the data is not private (docs/privacy.md)
+        raise ConfigError(refusal(derived))
+    estimate_noise = _number({"s": ds.get("estimate_noise_multiplier", 20.0)}, "s", "dataset.estimate_noise_multiplier",
+                             "the noise multiplier of a table's private estimates (private bounds / levels).")
+    if not math.isfinite(estimate_noise) or estimate_noise <= 0:
+        raise ConfigError(f"dataset.estimate_noise_multiplier must be a positive finite number (got dataset.estimate_noise_multiplier="
+                          f"{estimate_noise}); the Gaussian noise multiplier of a table's private estimates (default 20).")
     dataset = DatasetSpec(
         name=ds_name,
         split_seed=split_seed,
@@ -352,11 +381,19 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),
+        estimate_noise_multiplier=float(estimate_noise),
+        title=_title(ds_name, ds.get("options") or {}),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {})
 
-    method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng, scope=scope,
+    method_cfg = dict(c.get("method") or {})
+    if method_cfg.get("selection") == "auto":
+        # scope=model: the tail average (free post-processing; the private best-feasible pick
+        # varied by 0.05 in test DP gap between seeds on Adult, docs/methods.md); scope=paper:
+        # the paper's App. E.2 rule
+        method_cfg["selection"] = "average" if scope == "model" else "best_feasible"
+    method = replace(_method_spec(method_cfg), secure_rng=secure_rng, scope=scope,
                      objective=_objective_spec(c.get("objective"), method_name=str((c.get("method") or {}).get("name"))))
     if method.selection == "random" and not method.objective.is_dro:
         raise ConfigError("method.selection=random (the random-iterate output of the DRO methods) needs objective=dro; "
@@ -402,7 +439,60 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         delta_exponent=None if delta_exponent is None else float(delta_exponent),
         task=str(task),
         rho=rho,
+        size_noise_multiplier=float(size_noise),
+        tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
     )
+
+
+def _title(name: str, options: Mapping[str, Any]) -> str:
+    """What runs of a dataset are called: its name; a table's ``dataset.options.name``, else the
+    stem of its (first) file.
+
+    >>> _title("table", {"path": "/data/credit-g.csv.gz"}), _title("table", {"name": "loans", "path": "x.csv"}), _title("adult", {})
+    ('credit-g', 'loans', 'adult')
+    """
+    if name != "table":
+        return name
+    if isinstance(options.get("name"), str) and options["name"]:
+        return str(options["name"])
+    path = options.get("path")
+    first = path[0] if isinstance(path, (list, tuple)) and path else path
+    if not isinstance(first, str) or not first:
+        return name
+    stem = Path(first).name
+    for suffix in (".gz", ".csv", ".tsv", ".txt", ".parquet"):
+        stem = stem.removesuffix(suffix)
+    return stem or name
+
+
+TUNED_PROTOCOLS = ("non-private", "private")
+
+
+def _tuned_on(value: Any) -> dict[str, Any] | None:
+    """``method.tuned_on``: null, or ``{dataset, split, protocol, ...}`` recording where the
+    method's values were chosen (``protocol: non-private`` = exact validation/train statistics,
+    outside eps; ``private`` = ``raco tune`` under scope=model, inside eps)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value.get("dataset") or value.get("protocol") not in TUNED_PROTOCOLS:
+        raise ConfigError(TYPE.format(key="method.tuned_on", expected="null or a mapping with dataset, split and protocol "
+                                      f"({' or '.join(TUNED_PROTOCOLS)})", value=value,
+                                      meaning="where the method's hyperparameters were chosen (docs/privacy.md)."))
+    return dict(value)
+
+
+def _secure_rng(value: Any, scope: str) -> bool:
+    """``privacy.secure_rng``: true, false, or auto (true under scope=model, false under paper).
+
+    >>> _secure_rng("auto", "model"), _secure_rng("auto", "paper"), _secure_rng(False, "model")
+    (True, False, False)
+    """
+    if value == "auto" or value is None:
+        return scope == "model"
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(TYPE.format(key="privacy.secure_rng", expected="true, false or auto", value=value,
+                                  meaning="secret noise and batches from the OS CSPRNG (auto: true under privacy.scope=model)."))
 
 
 def _imbalance(cfg: Any) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from typing import Any
 
 from raco_cli.run.finish import finish_run
 from raco_cli.run.prepare import PreparedRun, prepare_run
-from raco_cli.run.progress import FanOut, Progress
+from raco_cli.run.progress import FanOut, Progress, untimed_logs
 from raco_cli.run.records import open_recorder, tag_error
+from raco_cli.run.spec import plain_config
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +37,24 @@ def train(
             directory (before any MLflow write); a failed write of the outputs (the MLflow
             run is then marked FAILED).
     """
+    with untimed_logs(model_scope(cfg if prepared is None else prepared.resolved)):
+        return _train(cfg, run_dir=Path(run_dir), sweep_dir=sweep_dir, prepared=prepared)
+
+
+def model_scope(cfg: Mapping[str, Any]) -> bool:
+    """Whether a config asks for ``privacy.scope=model`` (its logs then carry no clock time)."""
+    return str((plain_config(cfg).get("privacy") or {}).get("scope", "model")) == "model"
+
+
+def _train(cfg: Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None, prepared: PreparedRun | None) -> dict[str, Any]:
     t_start = time.time()
     prep = prepared if prepared is not None else prepare_run(cfg)
     spec, method, pplan = prep.spec, prep.method, prep.plan
-    run_dir = Path(run_dir)
     check_writable(run_dir)
     warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
     set_threads(spec.threads)
     recorder = open_recorder(prep, run_dir, sweep_dir)
-    progress = Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=prep.full_records)
+    progress = Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.display}", show_values=prep.full_records)
     status = "FAILED"
     try:
         result = method.fit(
@@ -86,10 +96,10 @@ def warn_secure_rng(private: bool, secure: bool) -> None:
     if private and not secure and not _SECURE_RNG_WARNED:
         _SECURE_RNG_WARNED = True
         log.warning(
-            "Secure RNG turned off: noise and Poisson batches come from seeded PRNGs whose seeds are "
+            "privacy.secure_rng=false: noise and Poisson batches come from seeded PRNGs whose seeds are "
             "recorded, so the guarantee does not hold against readers of the records (they know every "
-            "batch and noise draw). Fine for experiments; set privacy.secure_rng=true for a model you "
-            "release (see docs/privacy.md, 'Noise source and floating point')."
+            "batch and noise draw). Fine for reproducible experiments; for a model you release keep the "
+            "default (privacy.secure_rng=auto: secret randomness under privacy.scope=model; docs/privacy.md)."
         )
 
 

@@ -294,6 +294,9 @@ class RunRecorder:
     stale-run check); ``buffered``: metrics are kept and logged in bulk when the run ends,
     or by :func:`flush_recorders` for a whole group (a group's runs evaluate together, and a
     store write per run per evaluation would cost more than the training).
+    ``timed``: metrics carry the clock time they were logged at; ``False`` (a private run
+    under ``privacy.scope=model``): every metric carries the run's creation time, so the
+    store does not time each evaluation window (step times follow the private batch sizes).
     """
 
     def __init__(
@@ -307,6 +310,7 @@ class RunRecorder:
         parent_sweep_dir: Path | None = None,
         client: Any = None,
         buffered: bool = False,
+        timed: bool = True,
     ) -> None:
         from mlflow.entities import Param, RunTag
 
@@ -318,6 +322,7 @@ class RunRecorder:
             if shared:
                 _STALE_CHECKED.add(self.experiment_id)
         self.buffered = buffered
+        self._fixed_ts = None if timed else int(time.time() * 1000)
         self._pending: list[Any] = []
         tags = {**dict(tags), **process_identity()}
         self._last_beat = time.time()
@@ -370,7 +375,7 @@ class RunRecorder:
         """Log now, or keep for :meth:`flush` when the recorder is ``buffered``."""
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
+        ts = self._fixed_ts if self._fixed_ts is not None else int(time.time() * 1000)
         # names built from data names (a group "F&M", a class ">50K"): characters MLflow refuses become "_"
         batch = [Metric(_PARAM_NAME.sub("_", k), float(v), ts, step) for k, v in metrics.items()]
         if self.buffered:

@@ -7,7 +7,8 @@ key                meaning
 =================  ==========================================================================
 schema_version     1
 method             method registry key (raco_dp, dp_sgd, sgd, sgda, ...)
-dataset            dataset registry key
+dataset            dataset registry key; for dataset=table the table's name (dataset.options.name,
+                   else the file's stem)
 constraint         constraint registry key (``none`` for unconstrained runs; a combination is its
                    families joined by ``+``, e.g. ``dp+fnr``)
 constraints        names of the J rate constraints
@@ -25,10 +26,16 @@ task               (added in v1, optional) classification | regression
 private            whether the method is differentially private
 event              the accounted DpEvent tree, as text
 steps              steps run (T)
-sample_rate        Poisson rate q = batch_size / n_train
+sample_rate        Poisson rate q = batch_size / train_size
+train_size         (added in v1, optional) the training size the run used: under scope=model the
+                   released DP count n~ of the training rows (raco_cli/privacy/size.py), else n
 sampling           independent | shared
 seed, seeds        run seed and the derived init / sampling / noise / selection /
-                   preprocessing seeds (all but init: null with secure_rng)
+                   preprocessing / size seeds (all but init: null with secure_rng, the
+                   default under scope=model)
+tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
+                   hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
+                   this very dataset
 secure_rng         whether the noise came from os.urandom (privacy.secure_rng)
 selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
                    its hard train constraint holds
@@ -54,6 +61,9 @@ config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled (+ model_uri: dataset=table)
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
+estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
+                   from its training split in one accounted release: bounds, levels,
+                   missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the
                    self-contained model for ``raco predict`` (``model``); its MLflow logged
                    model is ``mlflow.model_uri``
@@ -71,8 +81,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -95,18 +103,20 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task"),
+         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on"),
         PUBLIC,
     ),
-    # q = B / n_train: the dataset size is public, as in DP-SGD practice (Opacus, dp-accounting)
-    "sample_rate": PUBLIC,
+    # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
+    "sample_rate": RELEASE, "train_size": RELEASE,
+    # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
+    "estimates": RELEASE,
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
     "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
     # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
     # clip fractions, gradient norms, non-finite rows, step times) is exact
-    "stats": {"releases": PUBLIC, "sample_rate": PUBLIC, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
+    "stats": {"releases": PUBLIC, "sample_rate": RELEASE, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
               # DPSE: the zCDP split is config; the allocation is post-processing of its stage-1 releases
               "rho_total": PUBLIC, "rho_stage1": PUBLIC, "rho_stage2": PUBLIC, "precursor_ridge": PUBLIC,
               "budget_weights": RELEASE, "standard_errors": RELEASE, "noise_multipliers": RELEASE, "rho_realized": RELEASE,
@@ -169,14 +179,12 @@ def _clean(value: Any) -> Any:
 
 
 def write(summary: dict[str, Any], path: Path) -> Path:
-    """Write summary.json atomically (a crash never leaves a half-written file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write summary.json atomically (a crash never leaves a half-written file), with the mode
+    of the run's other files (:mod:`raco_cli.tracking.files`)."""
+    from raco_cli.tracking.files import atomic_write
+
     text = json.dumps(_clean(summary), indent=2, sort_keys=False)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-        fh.write(text + "\n")
-    os.replace(fh.name, path)
-    return path
+    return atomic_write(Path(path), lambda fh: fh.write(text + "\n"))
 
 
 def validate(summary: dict[str, Any]) -> list[str]:

@@ -45,9 +45,8 @@ def _prepare(*extra: str, tmp_path=None):
         ("+model.input_dim=5", "Unknown key model.input_dim for model=logreg. Allowed: none."),
         ("+dataset.options.rows=5", "Unknown key dataset.options.rows for dataset 'synthetic'. Allowed: n, n_classes, n_features, n_groups, seed (see conf/dataset/synthetic.yaml)."),
         ("dataset.options.n=5", "dataset.options.n must be an integer >= 100 (got dataset.options.n=5); see conf/dataset/synthetic.yaml."),
-        ("method.batch_size=100000", "method.batch_size must be <= the number of training rows (got batch_size=100000, n_train=255); it is the expected Poisson batch size."),
         ("task=regression", "task=regression needs a dataset with a real-valued label (dataset=group_mixture); dataset=synthetic has class labels (task=classification). Use task=auto."),
-        ("privacy.secure_rng=yes", "privacy.secure_rng must be true or false (got privacy.secure_rng='yes'); use a cryptographically secure noise source."),
+        ("privacy.secure_rng=yes", "privacy.secure_rng must be true, false or auto (got privacy.secure_rng='yes'); secret noise and batches from the OS CSPRNG (auto: true under privacy.scope=model)."),
     ],
 )
 def test_bad_values_give_one_exact_line_and_no_store(tmp_path, override, message):
@@ -65,11 +64,24 @@ def test_unknown_names_and_keys(tmp_path):
         _prepare("method.learning_rate=3")
 
 
+def test_a_batch_larger_than_the_data_is_one_line_with_a_value_that_works(tmp_path):
+    """scope=paper names the exact size; scope=model only the released DP count (privacy/size.py)."""
+    with pytest.raises(RacoError) as info:
+        _prepare("method.batch_size=100000", "privacy.scope=paper", tmp_path=tmp_path)
+    assert str(info.value) == ("method.batch_size must be <= the number of training rows (got method.batch_size=100000; the "
+                               "training split has 255 rows); it is the expected Poisson batch size. Use e.g. method.batch_size=25.")
+    with pytest.raises(RacoError, match=r"^method\.batch_size must be <= the number of training rows \(got method\.batch_size="
+                       r"100000; the training split has \d+ rows, a DP estimate under privacy\.scope=model\); .* Use e\.g\. "
+                       r"method\.batch_size=\d+\.$"):
+        _prepare("method.batch_size=100000", tmp_path=tmp_path)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_budget_that_cannot_be_met(tmp_path):
     with pytest.raises(RacoError, match=r"^Cannot reach eps=0\.001 \(delta=1e-05, sample_rate=.*a single step already spends eps="):
         _prepare("eps=0.001", tmp_path=tmp_path)
     with pytest.raises(RacoError, match=r"^Cannot reach eps=0\.05 \(delta=1e-05, steps=5, .*the run would spend eps="):
-        _prepare("eps=0.05", "method.steps=5", "method.batch_size=250", tmp_path=tmp_path)
+        _prepare("eps=0.05", "method.steps=5", "method.batch_size=250", "privacy.scope=paper", tmp_path=tmp_path)
     assert not (tmp_path / "mlflow.db").exists()
 
 

@@ -66,7 +66,9 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
 
     from raco_cli.data import synthetic
 
-    assert summary["sample_rate"] == pytest.approx(200 / len(synthetic.load().splits["train"]))
+    # q = B / n~: the released DP count of the training rows (privacy/size.py), within a few noise sds of n
+    assert summary["sample_rate"] == pytest.approx(200 / summary["train_size"])
+    assert abs(summary["train_size"] - len(synthetic.load().splits["train"])) < 6 * 50
     assert summary["stats"]["releases"] == {"laplace_histogram": summary["steps"], "gaussian_gradient": summary["steps"]}
     assert summary["eps_spent"] == pytest.approx(summary_epsilon(summary, constrained=True), rel=2e-3)
     assert summary["eps_spent"] <= 2.0
@@ -76,7 +78,8 @@ def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
     for key in ("accuracy", "constraint_max_hard", "constraint_max_soft", "satisfied", "dp_gap", "group_accuracy"):
         assert key in summary["metrics"]["test"]
     assert set(summary["group_sizes"]) == {"test"} and set(summary["stats"]) <= {"releases", "sample_rate"}
-    assert "RandomizedResponse" in summary["event"]  # the private checkpoint selection is accounted
+    # selection=auto is the tail average under scope=model: post-processing, no selection release
+    assert summary["selection"] == "average" and "RandomizedResponse" not in summary["event"]
     assert (run_dir / "curves.png").stat().st_size > 1000
     client, runs = mlflow_runs(db, "e2e")
     assert len(runs) == 1

@@ -59,7 +59,7 @@ def _train(monkeypatch, tmp_path, name, data, scope):
     monkeypatch.setattr(prepare, "load_data", lambda spec: data)
     cfg = compose_config([
         "dataset=synthetic", "constraint=dp", "eps=2", "method.batch_size=150", "method.max_steps=40",
-        "method.eval_every=5", f"privacy.scope={scope}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "method.eval_every=5", "method.selection=best_feasible", f"privacy.scope={scope}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         f"tracking.run_name={name}",
     ])  # fmt: skip
     run_dir = tmp_path / name

@@ -149,8 +149,9 @@ class DroRun:
         self.data, self.model, self.spec, self.device, self.reporter = data, model, spec, device, reporter
         self.objective, self.private, self.steps = spec.objective, private, steps
         self.train_idx = np.asarray(data.splits["train"])
-        self.n = len(self.train_idx)
-        self.q = min(1.0, spec.batch_size / self.n)
+        self.n = len(self.train_idx)  # rows to sample from (and the ratios' length)
+        self.size = spec.size_of(self.n)  # the public size: rates and normalisers (privacy/size.py)
+        self.q = min(1.0, spec.batch_size / self.size)
         self.rows = training.Rows(data, self.train_idx, np.zeros(self.n, dtype=np.int64), device, pack=False)
         training.initialize(model, seeds.init)
         model.to(device)
@@ -161,7 +162,8 @@ class DroRun:
         # the checkpoints keep the last evaluation for selection=random; the random iterate is ours
         checkpoint_spec = replace(spec, selection="last") if spec.selection == "random" else spec
         self.checkpoints = training.Checkpoints(
-            self.engine, model, data, constraints, checkpoint_spec, device=device, reporter=reporter, selection_seed=seeds.selection
+            self.engine, model, data, constraints, checkpoint_spec, device=device, reporter=reporter, selection_seed=seeds.selection,
+            steps=steps,
         )
         self.tau = int(np.random.default_rng(seeds.selection).integers(1, steps + 1)) if spec.selection == "random" and steps > 0 else None
         self.tau_index: int | None = None

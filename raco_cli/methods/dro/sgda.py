@@ -150,7 +150,7 @@ def run_sgda(run: DroRun, o: dict[str, Any]) -> list[float]:
     """(DP-)SGDA on the Lagrangian (module docstring); returns the final (eta[, lambda])."""
     lag, dual, ratios = _init(run)
     rel = SgdaReleases.of(run.spec, o) if run.private else None
-    expected = run.q * run.n
+    expected = run.q * run.size
     run.declare("gaussian_x", "gaussian_dual")
     run.record(0, dual.tolist())
     for t in range(run.steps):
@@ -181,7 +181,7 @@ def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
     """PrivateDiff Minimax adapted to the DRO Lagrangian (module docstring)."""
     lag, dual, ratios = _init(run)
     rel = RefreshDiffReleases.of(run.spec, o) if run.private else None
-    expected = run.q * run.n
+    expected = run.q * run.size
     run.declare("gaussian_x_refresh", "gaussian_x_diff", "gaussian_dual_refresh", "gaussian_dual_diff")
     x_prev: list[torch.Tensor] | None = None
     v_x: list[torch.Tensor] | None = None

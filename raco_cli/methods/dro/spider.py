@@ -196,7 +196,7 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
     form = DualForm.of(objective)
     rel = RefreshDiffReleases.of(spec, o) if run.private else None
     r = rates(spec, run.q, o)
-    n = run.n
+    n = run.size  # expected batch = rate x the public size
     run.declare("gaussian_dual_refresh", "gaussian_dual_diff", "gaussian_x_refresh", "gaussian_x_diff")
     dual = torch.tensor([0.0, objective.lam][: form.dual_dim], dtype=torch.float64)
     lam_of = (lambda d: float(d[1])) if form.variable_lambda else (lambda d: objective.lam)  # noqa: E731
@@ -299,7 +299,7 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
     comp = Compositional.of(objective)
     rel = Recursive.releases(spec, o) if run.private else None
     r = rates(spec, run.q, o)
-    n = run.n
+    n = run.size  # expected batch = rate x the public size
     run.declare("gaussian_v_refresh", "gaussian_v_diff", "gaussian_u_refresh", "gaussian_u_diff", "gaussian_s")
     lam, lam_prev = objective.lam, objective.lam
     x_prev: list[torch.Tensor] | None = None

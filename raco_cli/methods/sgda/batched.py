@@ -70,8 +70,9 @@ def run_core(
     constrained = flags.constrained and not cons0.is_empty
     train_idx = np.asarray(data.splits["train"])
     n = len(train_idx)
-    q = min(1.0, spec0.batch_size / n)
-    expected_batch = q * n
+    # each run's rate from its own public training size (exact, or its released DP count)
+    q = np.array([min(1.0, m.spec.batch_size / m.spec.size_of(n)) for m in members])
+    expected_batch = q * np.array([m.spec.size_of(n) for m in members])
     W, b, layers = initial_parameters(members, device)
     rows = GroupRows(data, train_idx, cons0.cells(data.y[train_idx], data.group[train_idx]), [m.scaling for m in members], device,
                      n_cells=cons0.Q if constrained else 0)
@@ -86,14 +87,14 @@ def run_core(
     hist_scale = [s.required("hist_noise_multiplier") for s in specs] if flags.hist_noise and constrained else []
     temps = [s.temperature for s in specs]
     temperature = None if all(t == 1.0 for t in temps) else per_run(temps, device)
-    reg_temp = per_run([expected_batch * t for t in temps], device)
+    reg_temp = per_run([e * t for e, t in zip(expected_batch, temps)], device)
     hard = spec0.dual == "hard"
     lr_dual = np.array([s.lr_dual for s in specs])[:, None]
     lambda_max = np.array([s.lambda_max for s in specs])[:, None]
     floors = np.array([s.denominator_floor for s in specs])[:, None]
 
     lam = np.zeros((R, cons0.J))
-    checkpoints = GroupCheckpoints(data, members, layers, device)
+    checkpoints = GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped = torch.zeros(R, dtype=torch.long)
     norm_sum = torch.zeros(R)
     nonfinite = torch.zeros(R, dtype=torch.long)
@@ -159,7 +160,7 @@ def run_core(
         TrainResult(
             history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
             stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
-                            sample_rate=q),
+                            sample_rate=float(q[r])),
             releases=dict(counts),
         )
         for r, (history, selected, state) in enumerate(finished)

@@ -82,8 +82,9 @@ def run(
     constrained = flags.constrained and not constraints.is_empty
     train_idx = np.asarray(data.splits["train"])
     n = len(train_idx)
-    q = min(1.0, spec.batch_size / n)
-    expected_batch = q * n  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
+    size = spec.size_of(n)  # |D|: exact (scope=paper) or the released DP count (privacy/size.py)
+    q = min(1.0, spec.batch_size / size)
+    expected_batch = q * size  # q|D|: the normaliser of the noisy sum (Algorithm 1, line 8)
     initialize(model, seeds.init)
     model.to(device)
     engine = engine_for(
@@ -114,7 +115,8 @@ def run(
     noise_std = spec.required("noise_multiplier") * spec.required("clip_norm") if flags.private else 0.0
 
     lam = torch.zeros(constraints.J, dtype=torch.float64, device=device)
-    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection)
+    checkpoints = Checkpoints(engine, model, data, constraints, spec, device=device, reporter=reporter, selection_seed=seeds.selection,
+                              steps=steps)
     zero = torch.zeros((), device=device)
     clipped, norm_sum, nonfinite, batch_sum = zero.long(), zero, zero.long(), 0
     clock = StepClock()

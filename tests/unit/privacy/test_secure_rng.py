@@ -80,8 +80,8 @@ def test_secure_rng_off_warns_once(caplog, monkeypatch):
         train.warn_secure_rng(True, False)
         train.warn_secure_rng(True, True)
         train.warn_secure_rng(False, False)
-    msgs = [r.getMessage() for r in caplog.records if "Secure RNG" in r.getMessage()]
-    assert len(msgs) == 1 and "privacy.secure_rng=true" in msgs[0]
+    msgs = [r.getMessage() for r in caplog.records if "privacy.secure_rng=false" in r.getMessage()]
+    assert len(msgs) == 1 and "privacy.secure_rng=auto" in msgs[0]
 
 
 def test_secure_rng_config_key_reaches_the_method_spec():
@@ -90,7 +90,10 @@ def test_secure_rng_config_key_reaches_the_method_spec():
 
     spec = build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=true"]))
     assert spec.secure_rng and spec.method.secure_rng
-    with pytest.raises(Exception, match="privacy.secure_rng must be true or false"):
+    assert build_run_spec(compose_config(["dataset=synthetic"])).secure_rng  # auto: secret under scope=model
+    assert not build_run_spec(compose_config(["dataset=synthetic", "privacy.scope=paper"])).secure_rng
+    assert not build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=false"])).secure_rng
+    with pytest.raises(Exception, match="privacy.secure_rng must be true, false or auto"):
         build_run_spec(compose_config(["dataset=synthetic", "privacy.secure_rng=maybe"]))
 
 
@@ -117,5 +120,5 @@ def test_secure_rng_records_no_sampling_seed(tmp_path):
     overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=10"]
     secure = train_mod.train(compose_config([*overrides, "privacy.secure_rng=true"]), run_dir=tmp_path / "s")
     assert secure["seeds"]["sampling"] is None and secure["seeds"]["noise"] is None and secure["seeds"]["selection"] is None
-    plain = train_mod.train(compose_config(overrides), run_dir=tmp_path / "p")
+    plain = train_mod.train(compose_config([*overrides, "privacy.secure_rng=false"]), run_dir=tmp_path / "p")
     assert isinstance(plain["seeds"]["sampling"], int)

@@ -1,0 +1,86 @@
+"""The training size as a DP count (raco_cli/privacy/size.py): its noise, its place in the event
+tree and the plan, and that the run uses the released count, never the exact n."""
+
+from __future__ import annotations
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+import torch
+
+from raco_cli.methods.base import MethodSpec
+from raco_cli.privacy import accountant, releases
+from raco_cli.privacy.mechanisms import SecureNoise
+from raco_cli.privacy.size import dp_size, noisy_count, size_event
+
+
+def test_count_noise_is_gaussian_with_the_planned_std():
+    """Monte Carlo: n~ - n has std sigma (in rows) and mean ~0; a count without noise (or with
+    another scale) fails."""
+    g = torch.Generator().manual_seed(0)
+    draws = np.array([noisy_count(10_000, 20.0, g) - 10_000 for _ in range(4000)])
+    assert draws.std() == pytest.approx(20.0, rel=0.05)
+    assert abs(draws.mean()) < 4 * 20.0 / np.sqrt(4000)
+    secure = np.array([noisy_count(10_000, 20.0, SecureNoise()) - 10_000 for _ in range(2000)])
+    assert secure.std() == pytest.approx(20.0, rel=0.08)
+
+
+def test_the_count_is_at_least_one_row():
+    assert noisy_count(0, 50.0, torch.Generator().manual_seed(3)) >= 1
+
+
+def test_the_release_is_on_the_tape():
+    with releases.recording() as tape:
+        n = dp_size(500, noise_multiplier=5.0, source=torch.Generator().manual_seed(1))
+    assert tape.entries == [("size", n)]
+    with releases.replaying(tape):
+        assert dp_size(501, noise_multiplier=5.0, source=torch.Generator().manual_seed(2)) == n
+
+
+def test_the_plan_composes_the_count_and_stays_within_eps():
+    """scope=model: the count's Gaussian is one leaf of the run's tree, eps of the plan equals an
+    independent PLD composition of the same leaves, and it costs steps (never eps)."""
+    from raco_cli.methods import get
+    from raco_cli.methods.planning import plan_uncached
+
+    method = get("dp_sgd")
+    spec = MethodSpec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None)
+    without = plan_uncached(method, spec, n_train=10_000, eps=1.0, delta=1e-5, constrained=False)
+    counted = MethodSpec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None,
+                         size_noise=20.0, train_size=10_013.0)
+    with_count = plan_uncached(method, counted, n_train=10_013.0, eps=1.0, delta=1e-5, constrained=False)
+    assert "GaussianDpEvent(noise_multiplier=20.0)" in str(with_count.event)
+    assert with_count.eps_planned <= 1.0 and with_count.steps <= without.steps
+    independent = dpa.ComposedDpEvent([
+        dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(256 / 10_013.0, dpa.GaussianDpEvent(1.0)), with_count.steps),
+        size_event(20.0),
+    ])  # fmt: skip
+    assert accountant.epsilon(independent, 1e-5) == pytest.approx(with_count.eps_planned, rel=1e-9)
+
+
+def test_a_scope_model_run_uses_the_released_size(tmp_path):
+    """The run's q and train_size come from the released count (replayed here as a value far
+    from n: the summary follows the tape, not the data)."""
+    from raco_cli.cli.validate import compose_config
+    from raco_cli.run.prepare import prepare_run
+
+    cfg = compose_config(["dataset=synthetic", "method=dp_sgd", "constraint=none", "method.batch_size=150", "tracking=none"])
+    with releases.recording() as tape:
+        prep = prepare_run(cfg)
+    n = len(prep.data.splits["train"])
+    assert tape.entries[0][0] == "size" and prep.plan.spec.train_size == tape.entries[0][1]
+    tape.entries[0] = ("size", n + 500)
+    with releases.replaying(tape):
+        replayed = prepare_run(cfg)
+    assert replayed.plan.spec.train_size == n + 500 and replayed.plan.sample_rate == pytest.approx(150 / (n + 500))
+
+
+def test_scope_paper_uses_the_exact_size():
+    from raco_cli.cli.validate import compose_config
+    from raco_cli.run.prepare import prepare_run
+
+    with releases.recording() as tape:
+        prep = prepare_run(compose_config(["dataset=synthetic", "method=dp_sgd", "constraint=none", "privacy.scope=paper",
+                                           "method.batch_size=150", "tracking=none"]))
+    assert "size" not in tape.kinds() and prep.plan.spec.train_size is None
+    assert prep.plan.sample_rate == 150 / len(prep.data.splits["train"])
