@@ -48,7 +48,36 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         lines.append(f"  gamma                {summary['gamma']:g}   (constraint satisfied by the noisy histograms: {shown})")
     else:
         lines.append(f"  gamma                {summary['gamma']:g}   (train constraint satisfied: {str(summary['satisfied']).lower()})")
-    return "\n".join(lines + _privacy_lines(summary, run_dir))
+    return "\n".join(lines + _privacy_lines(summary, run_dir) + warning_lines(summary))
+
+
+NEAR_CONSTANT = 0.02  # a predicted positive rate this close to 0 or 1 in every group: a (near-)constant model
+
+
+def warning_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One-line warnings about what the test numbers cannot show (from the test split only):
+    a released model that predicts one class for (nearly) every row of every group, whose
+    accuracy is then the base rate and whose gap is 0 by construction; and test groups too
+    small to measure a rate to within gamma (95 % half-width 1.96 * 0.5 / sqrt(n) > gamma)."""
+    test = summary["metrics"]["test"]
+    out = []
+    rates = [r for r in (test.get("group_positive_rate") or {}).values() if r is not None]
+    if rates and (max(rates) <= NEAR_CONSTANT or min(rates) >= 1 - NEAR_CONSTANT):
+        which = "negative" if max(rates) <= NEAR_CONSTANT else "positive"
+        out.append(f"  warning              the released model predicts the {which} class for >= {1 - NEAR_CONSTANT:.0%} of every test "
+                   "group (a near-constant model: its DP gap is ~0 by construction); try a larger eps, a looser constraint.gamma, "
+                   "more training rows or method.lr (docs/your-own-data.md)")
+    gamma = summary.get("gamma")
+    sizes = (summary.get("group_sizes") or {}).get("test") or {}
+    if isinstance(gamma, (int, float)) and gamma > 0 and summary.get("constraint") != "none":
+        small = {g: n for g, n in sizes.items() if isinstance(n, int) and n > 0 and 0.98 / n ** 0.5 > gamma}
+        if small:
+            worst = min(small, key=small.get)
+            listed = ", ".join(f"{g} ({n} rows)" for g, n in sorted(small.items(), key=lambda kv: kv[1]))
+            out.append(f"  warning              test groups too small to measure a rate to within gamma={gamma:g}: {listed} (group "
+                       f"{worst}: +-{0.98 / small[worst] ** 0.5:.2f} at 95 %); the test gap cannot show the constraint holds: "
+                       "use a larger test split, merge small groups (dataset.options.sensitive) or a looser gamma")
+    return out
 
 
 def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:

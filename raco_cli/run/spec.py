@@ -103,6 +103,7 @@ class RunSpec:
     rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
     size_noise_multiplier: float = 50.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
     tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
+    auto_batch: bool = False  # method.batch_size=auto: chosen from the (DP) training size by prepare_run
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -149,6 +150,8 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
     known = {f.name: f for f in fields(MethodSpec) if f.name not in RUN_LEVEL}
     for key, value in cfg.items():
         if key == "tuned_on":  # provenance of the values (RunSpec.tuned_on), not a setting
+            continue
+        if key == "batch_size" and value == "auto":  # RunSpec.auto_batch: resolved from the training size by prepare_run
             continue
         if key not in known:
             raise ConfigError(
@@ -441,6 +444,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         rho=rho,
         size_noise_multiplier=float(size_noise),
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
+        auto_batch=(c.get("method") or {}).get("batch_size") == "auto",
     )
 
 

@@ -187,7 +187,7 @@ def _dual_step(
     each noisy histogram and clamped to each run's floor."""
     J, M, K = alpha.shape
     denom = np.maximum(H.sum(axis=2) @ membership.T, floors)  # clamp_denominators, per run's floor
-    rates = np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]
+    rates = (np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]).clip(0.0, 1.0)  # as constraints.rate.rates
     g = rates.reshape(len(H), M * K) @ alpha.reshape(J, M * K).T - gamma
     per_subset = (lam @ alpha.reshape(J, M * K)).reshape(len(H), M, K)
     weights = np.einsum("mq,rmk->rqk", membership, per_subset / denom[:, :, None])

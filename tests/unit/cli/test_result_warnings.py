@@ -1,0 +1,47 @@
+"""The result table's warnings: a near-constant released model and test groups too small to
+measure a rate to within gamma (issue: no silent wrong answers on a user's own table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raco_cli.cli.result_table import format_result, warning_lines
+
+
+def _summary(rates: dict[str, float], sizes: dict[str, int], *, gamma: float = 0.05) -> dict:
+    test = {"accuracy": 0.56, "dp_gap": abs(max(rates.values()) - min(rates.values())), "satisfied": True,
+            "group_positive_rate": rates}
+    return {"method": "raco_dp", "dataset": "people", "constraint": "dp", "gamma": gamma, "metrics": {"test": test},
+            "group_sizes": {"test": sizes}, "privacy_scope": "model", "private": True, "satisfied": True,
+            "eps_spent": 0.99, "eps_target": 1.0, "delta": 1e-5, "secure_rng": True, "steps": 100, "selected_step": 100}
+
+
+def test_a_useful_model_on_large_groups_gets_no_warning():
+    assert warning_lines(_summary({"a": 0.17, "b": 0.14}, {"a": 7632, "b": 3674})) == []
+
+
+def test_a_model_that_predicts_one_class_everywhere_is_flagged():
+    # the recidivism case: <= 5 % positives in every group looked like "accuracy 0.561, gap 0.01"
+    lines = warning_lines(_summary({"a": 0.004, "b": 0.0, "c": 0.011}, {"a": 900, "b": 800, "c": 700}))
+    assert len(lines) == 1 and "negative class" in lines[0] and "near-constant" in lines[0]
+    lines = warning_lines(_summary({"a": 0.995, "b": 1.0}, {"a": 900, "b": 800}))
+    assert len(lines) == 1 and "positive class" in lines[0]
+    # one group that gets positives is enough: not constant
+    assert warning_lines(_summary({"a": 0.0, "b": 0.2}, {"a": 900, "b": 800})) == []
+
+
+def test_small_test_groups_are_named_with_their_precision():
+    # 1.96 * 0.5 / sqrt(n) > 0.05  <=>  n < 384: groups of 3 and 8 rows (the issue's case) and 300
+    lines = warning_lines(_summary({"a": 0.3, "b": 0.2, "c": 0.25, "d": 0.3}, {"a": 3, "b": 8, "c": 300, "d": 5000}))
+    assert len(lines) == 1
+    line = lines[0]
+    assert "a (3 rows), b (8 rows), c (300 rows)" in line and "d (" not in line
+    assert "+-0.57 at 95 %" in line  # 0.98 / sqrt(3)
+    # the threshold follows gamma: at gamma = 0.2 only groups below 25 rows
+    assert "c (300 rows)" not in warning_lines(_summary({"a": 0.3, "c": 0.25}, {"a": 3, "c": 300}, gamma=0.2))[0]
+
+
+def test_the_warnings_are_printed_in_the_result_table(tmp_path: Path):
+    text = format_result(_summary({"a": 0.0, "b": 0.0}, {"a": 10, "b": 4000}), tmp_path)
+    warnings = [line for line in text.splitlines() if line.strip().startswith("warning")]
+    assert len(warnings) == 2 and all(len(w) < 400 for w in warnings)
