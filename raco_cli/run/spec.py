@@ -56,12 +56,15 @@ class ConstraintSpec:
         gamma: ``constraint.gamma`` (for a combination: the default of parts without their own).
         parts: one :class:`PartSpec` per family (empty for ``none``).
         keys: config path of each part, for messages.
+        confidence: ``constraint.confidence`` resolved (``auto``: 0.9 under
+            ``privacy.scope=model``, None under ``paper``); see :mod:`raco_cli.constraints.margin`.
     """
 
     name: str
     gamma: float
     parts: tuple[Any, ...] = ()
     keys: tuple[str, ...] = ()
+    confidence: float | None = None  # constraint.confidence (resolved): hold on new data w.p. >= this; None: train against gamma
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,36 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
     return MethodSpec(**kwargs)
 
 
-def _constraint_spec(con: Mapping[str, Any]) -> ConstraintSpec:
+def _constraint_spec(con: Mapping[str, Any], *, scope: str) -> ConstraintSpec:
     """``constraint`` config -> :class:`ConstraintSpec` (structure checked, names resolved later
     against the data by :func:`raco_cli.constraints.build_parts`)."""
+    confidence = _confidence(con.get("confidence", "auto"), scope)
+    con = {k: v for k, v in con.items() if k != "confidence"}
+    return replace(_constraint_parts(con), confidence=confidence)
+
+
+DEFAULT_CONFIDENCE = 0.9
+
+
+def _confidence(value: Any, scope: str) -> float | None:
+    """``constraint.confidence``: auto (0.9 under scope=model, none under paper), null, or a
+    probability in (0, 1).
+
+    >>> _confidence("auto", "model"), _confidence("auto", "paper"), _confidence(0.95, "paper"), _confidence(None, "model")
+    (0.9, None, 0.95, None)
+    """
+    if value == "auto":
+        return DEFAULT_CONFIDENCE if scope == "model" else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
+        raise ConfigError(TYPE.format(key="constraint.confidence", expected="auto, null or a probability in (0, 1)", value=value,
+                                      meaning="the model meets every rate constraint on new data with at least this probability "
+                                              "(auto: 0.9 under privacy.scope=model)."))
+    return float(value)
+
+
+def _constraint_parts(con: Mapping[str, Any]) -> ConstraintSpec:
     from raco_cli import constraints
     from raco_cli.errors import GAMMA_RANGE
 
@@ -366,7 +396,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         imbalance=_imbalance(ds.get("imbalance")),
     )
 
-    constraint = _constraint_spec(c.get("constraint") or {})
+    constraint = _constraint_spec(c.get("constraint") or {}, scope=scope)
 
     method = replace(_method_spec(c.get("method") or {}), secure_rng=secure_rng, scope=scope,
                      objective=_objective_spec(c.get("objective"), method_name=str((c.get("method") or {}).get("name"))))
