@@ -23,6 +23,7 @@ device a run's test rows get the very predictions its test metrics were computed
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,12 +54,18 @@ class Prediction:
         counts: column -> rule (``missing``, ``clipped``, ``unknown``) -> rows affected.
         accuracy: accuracy on the rows with a known label when the label column is present.
         labelled: rows with a known label (0 without the label column).
+        group_unknown, group_missing: rows whose sensitive value is outside the model's
+            groups, or missing (their ``group`` is empty).
+        report: with the label column, the per-group report (:meth:`Predictor.report`).
     """
 
     frame: pd.DataFrame
     counts: dict[str, dict[str, int]]
     accuracy: float | None
     labelled: int
+    group_unknown: int = 0
+    group_missing: int = 0
+    report: dict[str, Any] | None = None
 
 
 class _Rows:
@@ -210,21 +217,73 @@ class Predictor:
         pred = logits.argmax(axis=1)  # as the training evaluation (raco_cli.metrics.evaluate)
         prob = softmax_rows(logits)
         frame = pd.DataFrame({PREDICTED: np.asarray(self.class_names, dtype=object)[pred]})
-        for k, name in enumerate(self.class_names):
-            frame[f"{PROBABILITY}{name}"] = prob[:, k]
+        for k, column in enumerate(probability_columns(self.class_names)):
+            frame[column] = prob[:, k]
         groups = self.schema.groups
+        g = np.full(len(df), -1, dtype=np.int64)
+        unknown = missing = 0
         if all(c in df.columns for c in groups.columns):
-            g, _, _ = groups.index(df, na_values=self.schema.na_values)
+            g, g_missing, g_unknown = groups.index(df, na_values=self.schema.na_values)
             names = np.asarray([*self.group_names, ""], dtype=object)
             frame[GROUP] = names[np.where(g < 0, len(self.group_names), g)]
-        accuracy, labelled = None, 0
+            unknown, missing = int(g_unknown.sum()), int((g_missing & ~g_unknown).sum())
+        accuracy, labelled, report = None, 0, None
         if self.schema.target.column in df.columns:
             y, _, _ = self.schema.target.classes(df, na_values=self.schema.na_values, where=where)
             known = y >= 0
             labelled = int(known.sum())
             if labelled:
                 accuracy = float((pred[known] == y[known]).mean())
-        return Prediction(frame=frame, counts=counts, accuracy=accuracy, labelled=labelled)
+                report = self.report(logits, y, g)
+        return Prediction(frame=frame, counts=counts, accuracy=accuracy, labelled=labelled, group_unknown=unknown,
+                          group_missing=missing, report=report)
+
+    def report(self, logits: np.ndarray, y: np.ndarray, group: np.ndarray) -> dict[str, Any]:
+        """Accuracy, rates per group and the run's constraint on labelled rows: ``logits``
+        (n, K), ``y`` class per row (-1: no known label), ``group`` (-1: no known group).
+
+        The constraint is rebuilt from the run's ``constraint_families`` (its public
+        configuration) and evaluated with the training evaluation's own code
+        (:func:`raco_cli.metrics.evaluate.evaluate`) on the rows with a known label and group."""
+        from raco_cli.constraints import build_parts, part_spec
+        from raco_cli.metrics.evaluate import evaluate
+
+        labelled = y >= 0
+        both = labelled & (group >= 0)
+        pred = logits.argmax(axis=1)
+        out: dict[str, Any] = {
+            "rows": int(len(y)), "labelled": int(labelled.sum()),
+            "accuracy": float((pred[labelled] == y[labelled]).mean()) if labelled.any() else None,
+            "rows_with_group": int(both.sum()), "groups": {}, "constraint": None,
+        }
+        if not both.any():
+            return out
+        families = self.run.get("constraint_families") or {}
+        parts = [part_spec(f, dict(opts), key=f"constraint.families.{f}") for f, opts in families.items()]
+        cons = build_parts(parts, n_classes=len(self.class_names), n_groups=len(self.group_names),
+                           class_names=self.class_names, group_names=self.group_names)
+        m = evaluate(logits[both], y[both], group[both], constraints=cons, temperature=1.0, group_names=self.group_names,
+                     class_names=self.class_names)
+        yb, gb, pb = y[both], group[both], pred[both]
+        binary = len(self.class_names) == 2
+        for z, name in enumerate(self.group_names):
+            rows = gb == z
+            entry: dict[str, Any] = {"rows": int(rows.sum())}
+            if rows.any():
+                entry["accuracy"] = float((pb[rows] == yb[rows]).mean())
+                entry["predicted"] = {c: float((pb[rows] == k).mean()) for k, c in enumerate(self.class_names)}
+                if binary:
+                    pos, neg = rows & (yb == 1), rows & (yb == 0)
+                    entry["tpr"] = float((pb[pos] == 1).mean()) if pos.any() else None
+                    entry["fpr"] = float((pb[neg] == 1).mean()) if neg.any() else None
+            out["groups"][name] = entry
+        out["fairness"] = {k: m[k] for k in ("dp_gap", "eo_gap", "eop_gap", "fnr", "fpr") if k in m}
+        if not cons.is_empty:
+            out["constraint"] = {
+                "name": self.run.get("constraint"), "families": m["constraints"], "max_hard": m["constraint_max_hard"],
+                "max_violation_hard": m["violation_hard"], "satisfied": m["satisfied"],
+            }
+        return out
 
 
 def find(path: Path) -> Path:
@@ -241,14 +300,28 @@ def find(path: Path) -> Path:
     summary = path / "summary.json"
     if summary.is_file():
         try:
-            dataset = json.loads(summary.read_text()).get("dataset")
+            written = json.loads(summary.read_text())
         except ValueError:
-            dataset = None
-        if dataset != "table":
-            raise DataNotFoundError(f"{path} is a run of dataset={dataset}, which keeps no predictor artifact; raco predict "
-                                    "applies models trained with dataset=table (docs/your-own-data.md).")
+            written = {}
+        if "predictor" not in written:
+            raise DataNotFoundError(f"{path} is a run of dataset={written.get('dataset')}, which keeps no predictor artifact; raco "
+                                    "predict applies models trained with dataset=table (docs/your-own-data.md).")
     raise DataNotFoundError(f"No raco model in {path}: expected a run directory of dataset=table (with model/), its model/ "
                             f"directory, or a directory holding {PREDICTOR_FILE}.")
+
+
+def probability_columns(class_names: Sequence[str]) -> list[str]:
+    """``prob_<class>`` for each class, blanks replaced by ``_`` (``not good`` -> ``prob_not_good``),
+    made unique with a ``_<k>`` suffix where two classes would share a name.
+
+    >>> probability_columns(["not good", "good"]), probability_columns(["a b", "a_b"])
+    (['prob_not_good', 'prob_good'], ['prob_a_b', 'prob_a_b_1'])
+    """
+    out: list[str] = []
+    for k, name in enumerate(class_names):
+        column = PROBABILITY + re.sub(r"\s+", "_", str(name).strip())
+        out.append(column if column not in out else f"{column}_{k}")
+    return out
 
 
 def softmax_rows(logits: np.ndarray) -> np.ndarray:
@@ -265,8 +338,8 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
 def run_facts(summary: Mapping[str, Any]) -> dict[str, Any]:
     """Public facts about a run for the artifact, taken from its *released* summary (so the
     scope's filter applies: ``raco_cli/tracking/summary.py`` STATUS)."""
-    keys: Sequence[str] = ("method", "dataset", "constraint", "gamma", "eps_target", "eps_spent", "delta", "steps",
-                           "selected_step", "privacy_scope", "preprocessing", "config_hash", "seed")
+    keys: Sequence[str] = ("method", "dataset", "constraint", "gamma", "constraint_families", "eps_target", "eps_spent", "delta",
+                           "steps", "selected_step", "privacy_scope", "preprocessing", "config_hash", "seed")
     out = {k: summary[k] for k in keys if k in summary}
     test = (summary.get("metrics") or {}).get("test") or {}
     if "accuracy" in test:

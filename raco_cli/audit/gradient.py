@@ -161,7 +161,7 @@ def run_gradient_audit(prep, audit):  # noqa: ANN001, ANN201
     q = min(1.0, spec.batch_size / n_train)
     sigma, clip = float(spec.required("noise_multiplier")), float(spec.required("clip_norm"))
     event = run_event(prep.method, spec, q, steps, constrained=prep.constrained)
-    eps_acc = accountant.epsilon(event, prep.spec.delta, discretization=prep.spec.discretization)
+    eps_acc = accountant.epsilon(event, prep.plan.spec.accounting_delta(prep.spec.delta), discretization=prep.spec.discretization)
     grad_event = events.repeated(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
     eps_grad = accountant.epsilon(grad_event, prep.spec.delta, discretization=prep.spec.discretization)
 

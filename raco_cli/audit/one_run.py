@@ -179,7 +179,7 @@ def run_audit(prep, audit: AuditSpec) -> AuditResult:  # noqa: ANN001
     q = min(1.0, spec.batch_size / n_train)
     b = float(spec.hist_noise_multiplier)
     event = run_event(prep.method, spec, q, steps, constrained=True)
-    eps_acc = accountant.epsilon(event, prep.spec.delta, discretization=prep.spec.discretization)
+    eps_acc = accountant.epsilon(event, prep.plan.spec.accounting_delta(prep.spec.delta), discretization=prep.spec.discretization)
     # the histogram releases alone (what the scores look at): a tighter reference
     hist_event = events.repeated(dpa.PoissonSampledDpEvent(q, dpa.LaplaceDpEvent(b)), steps)
     eps_hist = accountant.epsilon(hist_event, prep.spec.delta, discretization=prep.spec.discretization)

@@ -45,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--sensitive", action="append", required=True, metavar="COLUMN",
                    help="a sensitive column (repeat for intersectional groups)")
     d.add_argument("--na-value", action="append", default=[], metavar="TEXT", help="a cell value meaning missing (e.g. ?)")
+    d.add_argument("--delimiter", default=None, metavar="CHAR", help="the CSV field separator (default: read from the header line)")
+    d.add_argument("--values", default="private", choices=("private", "data"),
+                   help="private (default): bounds, levels and missing indicators estimated inside each run's eps, the file's "
+                        "values in comments; data: the file's values, marked source: data (privacy.scope=paper)")
     return p
 
 
@@ -136,10 +140,13 @@ def main(argv: list[str]) -> int:
     if args.what == "describe":
         import sys
 
-        from raco_cli.data.describe import WARNING, describe
+        from raco_cli.data.describe import NOTE, NOTE_DATA, describe
 
-        text = describe(args.file, label=args.label, sensitive=args.sensitive, na_values=args.na_value)
-        print(WARNING, file=sys.stderr)
+        text, review = describe(args.file, label=args.label, sensitive=args.sensitive, na_values=args.na_value, values=args.values,
+                                delimiter=args.delimiter)
+        print(NOTE if args.values == "private" else NOTE_DATA, file=sys.stderr)
+        for line in review:
+            print(line, file=sys.stderr)
         print(text, end="")
         return 0
     entry = data.get(args.name)

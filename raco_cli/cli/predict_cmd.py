@@ -7,8 +7,9 @@ MLflow model URI (``models:/<model_id>``, ``runs:/<run_id>/model``, a registered
 ``models:/<name>/<version>`` or ``models:/<name>/@<alias>``; the store is
 ``--tracking-uri``, default ``$MLFLOW_TRACKING_URI`` or ``sqlite:///outputs/mlflow.db``).
 ``new.csv`` (CSV, gzip CSV or Parquet) needs the feature columns the model was trained on;
-the sensitive columns (for the ``group`` column) and the label (for an accuracy line) are
-optional.  The output has ``predicted``, ``prob_<class>`` per class and ``group``, one row
+the sensitive columns (for the ``group`` column) and the label are optional: with the label,
+it prints the accuracy, rates per group and the run's constraint on those rows and writes
+them as JSON (``--report``, default ``<out>.report.json``).  The output has ``predicted``, ``prob_<class>`` per class and ``group``, one row
 per input row, in order, after the ``--keep`` columns.  Bad input is one line, exit 2, and
 leaves an existing output file untouched.
 """
@@ -16,6 +17,7 @@ leaves an existing output file untouched.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 from collections import Counter
@@ -42,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="where to write the predictions (CSV)")
     p.add_argument("--keep", action="append", default=[], metavar="COLUMN",
                    help="an input column to copy into the output (e.g. an id); repeatable")
+    p.add_argument("--report", default=None, metavar="PATH",
+                   help="with a label column in --data: where to write the per-group report as JSON "
+                        "(default: --out with .report.json, e.g. predictions.report.json)")
     p.add_argument("--tracking-uri", default=None,
                    help=f"MLflow store of a models:/ or runs:/ URI (default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI})")
     return p
@@ -104,15 +109,45 @@ def _logged_model_location(source: str, uri: str) -> str:
     return source
 
 
-def _write(frame: Any, out: Path) -> None:
-    """Write atomically: a failure leaves an existing file as it was."""
+def _write(write: Any, out: Path, what: str, flag: str) -> None:
+    """Write atomically, with the mode of every other file (:mod:`raco_cli.tracking.files`):
+    a failure leaves an existing file as it was."""
+    from raco_cli.tracking.files import atomic_write
+
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".part", newline="") as fh:
-            frame.to_csv(fh, index=False)
-        os.replace(fh.name, out)
+        atomic_write(out, write, suffix=".part", newline="")
     except OSError as exc:
-        raise OutputError(f"Cannot write the predictions to {out}: {exc.strerror or exc}. Choose a writable --out.") from None
+        raise OutputError(f"Cannot write the {what} to {out}: {exc.strerror or exc}. Choose a writable {flag}.") from None
+
+
+def report_path(out: Path) -> Path:
+    """The default ``--report``: ``predictions.csv`` -> ``predictions.report.json``.
+
+    >>> str(report_path(Path("a/predictions.csv"))), str(report_path(Path("p")))
+    ('a/predictions.report.json', 'p.report.json')
+    """
+    return out.with_name((out.name[: -len(out.suffix)] if out.suffix else out.name) + ".report.json")
+
+
+def report_lines(report: dict[str, Any], class_names: Any) -> list[str]:
+    """The per-group report as lines of the summary ``raco predict`` prints."""
+    lines = []
+    positive = class_names[-1] if len(class_names) == 2 else None
+    width = max((len(str(g)) for g in report["groups"]), default=0)
+    for name, g in report["groups"].items():
+        if not g["rows"]:
+            lines.append(f"  group {name:<{width}}  0 rows")
+            continue
+        rates = (f"predicted {positive} {g['predicted'][positive]:.4f}" if positive is not None else
+                 "predicted " + ", ".join(f"{c} {v:.4f}" for c, v in g["predicted"].items()))
+        extra = "".join(f", {k.upper()} {g[k]:.4f}" for k in ("tpr", "fpr") if g.get(k) is not None)
+        lines.append(f"  group {name:<{width}}  {g['rows']} rows: accuracy {g['accuracy']:.4f}, {rates}{extra}")
+    c = report.get("constraint")
+    if c is not None:
+        fams = ", ".join(f"{f} (gamma {min(v['gamma']):g}): {v['max_hard']:.4f}" for f, v in c["families"].items())
+        lines.append(f"  constraint  {fams} (max over its rate constraints, hard predictions on {report['rows_with_group']} rows): "
+                     + ("satisfied" if c["satisfied"] else f"violated by {c['max_violation_hard']:.4f}"))
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -135,7 +170,13 @@ def main(argv: list[str]) -> int:
     if clash:
         raise ConfigError(f"--keep {clash[0]}: the output has a column of that name; rename it in {args.data} or drop --keep.")
     frame = pd.concat([df[list(args.keep)].reset_index(drop=True), result.frame], axis=1) if args.keep else result.frame
-    _write(frame, out)
+    report = Path(args.report).expanduser() if args.report else report_path(out)
+    if result.report is not None and report.exists() and data.exists() and report.resolve() == data.resolve():
+        raise ConfigError(f"--report {report} is the --data file; write the report to another file.")
+    _write(lambda fh: frame.to_csv(fh, index=False), out, "predictions", "--out")
+    if result.report is not None:
+        text = json.dumps({"data": str(args.data), "model": str(args.model), **result.report}, indent=1, allow_nan=False)
+        _write(lambda fh: fh.write(text + "\n"), report, "report", "--report")
     run = model.run
     counts = Counter(result.frame["predicted"])
     print(f"raco predict: {len(frame)} rows of {args.data} -> {args.out}")
@@ -151,4 +192,15 @@ def main(argv: list[str]) -> int:
         print("  rules       " + format_counts(result.counts))
     if result.accuracy is not None:
         print(f"  accuracy    {result.accuracy:.4f} on {result.labelled} rows with a label ({model.schema.target.column})")
+    if result.report is not None:
+        for line in report_lines(result.report, model.class_names):
+            print(line)
+        print(f"  report      {report}")
+    if result.group_unknown or result.group_missing:
+        import sys
+
+        groups = model.schema.groups
+        print(f"warning: {result.group_unknown} rows hold a value of {', '.join(groups.columns)} outside the model's groups "
+              f"({', '.join(model.group_names)}) and {result.group_missing} a missing one; their group column is empty.",
+              file=sys.stderr)
     return 0

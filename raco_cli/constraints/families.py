@@ -84,7 +84,13 @@ def _classes(positive_class: ClassSelection, *, key: str, class_names: Sequence[
     values = list(positive_class) if isinstance(positive_class, (list, tuple)) else [positive_class]
     if not values:
         raise ConfigError(f"{key} must name at least one class (got an empty list); null selects every class.")
-    return sorted({resolve_class(v, key=key, class_names=class_names) for v in values})
+    picked = sorted({resolve_class(v, key=key, class_names=class_names) for v in values})
+    if len(class_names) > 2:  # an index picks "the second class" silently when the classes have names
+        for v in values:
+            if not isinstance(v, bool) and isinstance(v, int) and str(class_names[v]) != str(v):
+                raise ConfigError(f"{key}={v} picks the class {class_names[v]!r} of {len(class_names)} ({', '.join(map(str, class_names))}) "
+                                  f"by its index; name the class you mean ({key}=<name>, a list, or null for every class).")
+    return picked
 
 
 def _default_names(n: int, prefix: str) -> tuple[str, ...]:

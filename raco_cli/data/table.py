@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
+from raco_cli.data import provenance
+from raco_cli.data.provenance import Estimates
 from raco_cli.data.schema import (
     BinaryColumn,
     CategoricalColumn,
@@ -55,10 +58,11 @@ from raco_cli.data.schema import (
     TableEncoder,
     TableSchema,
     Target,
+    member,
     numbers,
     tokens,
 )
-from raco_cli.data.tabular import parse_bounds, stratified_split
+from raco_cli.data.tabular import MIN_ROWS, PublicBound, parse_bounds, stratified_split
 from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
@@ -74,10 +78,65 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # --- reading ------------------------------------------------------------------------------
 
 
-def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key: str = "dataset.options.path") -> pd.DataFrame:
+DELIMITERS = (",", ";", "\t", "|")
+
+
+def header_line(file: Path) -> str:
+    """The first line of a CSV file (plain or gzip, by content), as text ('' when unreadable)."""
+    import gzip
+
+    try:
+        with open(file, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open(file, "rb") if gz else open(file, "rb")) as fh:
+            return fh.readline(1 << 20).decode("utf-8", errors="replace").rstrip("\r\n")
+    except (OSError, EOFError):
+        return ""
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a CSV file from its header line: the one of ``, ; TAB |`` that occurs
+    most outside quotes (a comma when none does).
+
+    >>> sniff_delimiter("id;age;sex"), sniff_delimiter("a,b"), sniff_delimiter("a\tb\tc"), sniff_delimiter("only")
+    (';', ',', '\t', ',')
+    """
+    outside, quoted = [], False
+    for ch in header:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted:
+            outside.append(ch)
+    text = "".join(outside)
+    counts = {d: text.count(d) for d in DELIMITERS}
+    best = max(DELIMITERS, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def duplicate_headers(header: str, delimiter: str) -> dict[str, list[int]]:
+    """Column names that the header line holds more than once -> their 1-based positions
+    (pandas reads the second ``x`` as ``x.1``).
+
+    >>> duplicate_headers("a,b,a,c,a", ",")
+    {'a': [1, 3, 5]}
+    """
+    import csv
+
+    names = [n.strip() for n in next(csv.reader([header], delimiter=delimiter), [])]
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(names, start=1):
+        seen.setdefault(name, []).append(i)
+    return {name: pos for name, pos in seen.items() if len(pos) > 1}
+
+
+def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key: str = "dataset.options.path",
+               delimiter: str | None = None) -> pd.DataFrame:
     """Read one CSV (plain or gzip, by content) or Parquet file, or several with the same
     columns (concatenated in order).  CSV cells are read as text (the first line is the
-    header); pandas' missing markers and ``na_values`` become missing.
+    header); pandas' missing markers and ``na_values`` become missing.  ``delimiter``: the
+    CSV field separator (None: sniffed from the header line, :func:`sniff_delimiter`).  A
+    header that names a column twice is read as pandas does (``x``, ``x.1``) and said in one
+    warning line naming the column and its positions.
 
     Raises:
         DataNotFoundError: a file does not exist.
@@ -86,6 +145,9 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if not paths:
         raise ConfigError(f"{key} is empty; give the path of a CSV or Parquet file (or a list of them).")
+    if delimiter is not None and (not isinstance(delimiter, str) or len(delimiter) != 1):
+        raise ConfigError(f"dataset.options.delimiter must be one character or null (got dataset.options.delimiter={delimiter!r}); "
+                          "e.g. ';' or '\\t' (null: read from the header line).")
     frames: list[pd.DataFrame] = []
     for p in paths:
         file = Path(str(p)).expanduser()
@@ -94,16 +156,25 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
                                     "(plain or .gz) or Parquet file.")
         with open(file, "rb") as fh:
             magic = fh.read(4)
+        sep = ","
         try:
             if magic == b"PAR1":
                 df = pd.read_parquet(file)
                 df.columns = [str(c) for c in df.columns]
             else:
+                header = header_line(file)
+                sep = delimiter or sniff_delimiter(header)
+                for name, positions in duplicate_headers(header, sep).items():
+                    log.warning("%s: the header names the column %r %d times (positions %s); read as %s.", file, name,
+                                len(positions), ", ".join(map(str, positions)),
+                                ", ".join([repr(name)] + [repr(f"{name}.{i}") for i in range(1, len(positions))]))
                 df = pd.read_csv(file, dtype=str, keep_default_na=True, na_values=list(na_values), skipinitialspace=True,
-                                 compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
+                                 sep=sep, compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
         except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file.") from None
+            raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file"
+                                     + ("" if delimiter else f" (fields read as separated by {sep!r}: set dataset.options.delimiter)")
+                                     + ".") from None
         if df.empty:
             raise DataIntegrityError(f"{file} has no rows; check the file.")
         if frames and list(df.columns) != list(frames[0].columns):
@@ -128,17 +199,28 @@ def _names(value: object, key: str) -> tuple[str, ...]:
     raise ConfigError(f"{key} must be a column name or a list of them (got {key}={value!r}).")
 
 
-def _levels_of(values: object, key: str) -> tuple[str, ...]:
+def _levels_of(values: object, key: str, series: pd.Series | None = None) -> tuple[str, ...]:
+    """A configured level list as tokens.  ``series``: the column it describes (its storage
+    tells YAML booleans from a real boolean column)."""
     from raco_cli.data.schema import token
 
     if not isinstance(values, (list, tuple)) or not values:
-        raise ConfigError(f"{key} must be a non-empty list of values (got {key}={values!r}); e.g. [no, yes].")
+        raise ConfigError(f"{key} must be a non-empty list of values (got {key}={values!r}); e.g. ['no', 'yes'].")
+    if any(isinstance(v, bool) for v in values) and (series is None or not pd.api.types.is_bool_dtype(series.dtype)):
+        raise ConfigError(f"{key} holds the booleans {list(values)}: YAML reads unquoted no/yes, on/off and true/false as "
+                          f"booleans, and the column holds text; quote the values, e.g. {key}=['no', 'yes'].")
     out = tuple(token(v) for v in values)
     if any(t is None for t in out):
         raise ConfigError(f"{key} holds an empty value (got {key}={values!r}); missing values have their own rule (dataset.options.missing).")
     if len(set(out)) != len(out):
         raise ConfigError(f"{key} lists a value twice (got {key}={values!r}).")
     return out  # type: ignore[return-value]
+
+
+def _values_in(df: pd.DataFrame, column: str, na_values: Sequence[str], limit: int = 12) -> str:
+    """The distinct values of a column, for an error message (the user's own terminal)."""
+    lv = sorted_levels(tokens(df[column], na_values))
+    return ", ".join(lv[:limit]) + (f", ... ({len(lv)} values)" if len(lv) > limit else "") if lv else "none: every cell is missing"
 
 
 def sorted_levels(values: np.ndarray) -> tuple[str, ...]:
@@ -170,6 +252,60 @@ def storage_type(series: pd.Series, na_values: Sequence[str]) -> str:
 # --- the loader ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Pending:
+    """What a run must estimate privately (``private`` values of the configuration, under
+    public or dp preprocessing) before the rows can be encoded (:mod:`raco_cli.privacy.estimates`).
+
+    Attributes:
+        bounds: numeric column -> the public transform of its estimated bounds.
+        levels: categorical / binary feature columns whose level list is estimated.
+        label: whether the label's classes are estimated.
+        sensitive: sensitive columns whose level list is estimated.
+        indicators: the candidate columns of a private ``missing_indicator`` (None: not private).
+    """
+
+    bounds: Mapping[str, str] = field(default_factory=dict)
+    levels: tuple[str, ...] = ()
+    label: bool = False
+    sensitive: tuple[str, ...] = ()
+    indicators: tuple[str, ...] | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.bounds or self.levels or self.label or self.sensitive or self.indicators is not None)
+
+
+@dataclass(frozen=True)
+class PendingColumn:
+    """The training-split cells of one column the private estimates read.
+
+    ``kind``: ``bounds`` (``values`` float64, NaN = missing), ``levels`` (``values`` tokens,
+    None = missing) or ``missing`` (``values`` bool, True = missing: the column is only a
+    candidate of a private ``missing_indicator``).  ``indicator``: its missing count decides
+    a ``<col>=missing`` feature.
+    """
+
+    name: str
+    kind: str
+    values: np.ndarray
+    indicator: bool = False
+    transform: str = "none"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A table resolved against its configuration, its private values not yet estimated."""
+
+    schema: TableSchema  # the pending parts are empty (no levels, no bound)
+    pending: Pending
+    dropped: Mapping[str, int]
+    kept: np.ndarray  # the file's rows kept before the split
+    public: bool
+    where: str
+    other: bool = True  # dataset.options.unknown=other (a binary column estimated with other than two levels)
+
+
 def load(
     *,
     path: str | Sequence[str] | None = None,
@@ -179,17 +315,25 @@ def load(
     sensitive: str | Sequence[str] | None = None,
     features: Sequence[str] | None = None,
     types: Mapping[str, str] = _EMPTY,
-    levels: Mapping[str, Sequence[object]] = _EMPTY,
+    levels: Mapping[str, object] = _EMPTY,
     missing: str = "impute",
-    missing_indicator: Sequence[str] = (),
+    missing_indicator: object = (),
     unknown: str = "other",
     na_values: Sequence[str] = (),
     class_names: Sequence[str] | None = None,
+    delimiter: str | None = None,
+    name: str | None = None,
     split_seed: int = 0,
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
     """Load a user's table as :class:`TabularData` (module docstring).
+
+    ``private`` values (:mod:`raco_cli.data.provenance`) under public preprocessing are
+    estimated per run: the data returned then has the split but no features yet
+    (``meta["pending"]``), and :func:`finish` encodes it once the estimates are released
+    (:func:`raco_cli.run.prepare.prepare_run`).  Under empirical preprocessing (the paper's
+    protocol) they are read from the data, as missing values are.
 
     Raises:
         ConfigError: an option is malformed, names a column the file lacks, or the public
@@ -201,24 +345,122 @@ def load(
                           "dataset.options.path=people.csv (docs/your-own-data.md).")
     if not isinstance(label, str) or not label:
         raise ConfigError(f"dataset.options.label must be the name of the label column (got dataset.options.label={label!r}).")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(f"dataset.options.name must be a non-empty string or null (got dataset.options.name={name!r}); "
+                          "the table's name in run names and summary.json (null: the file's stem).")
     na = (na_values,) if isinstance(na_values, str) else tuple(str(v) for v in (na_values or ()))
-    df = read_table(path, na_values=na)
-    schema, dropped, kept = resolve(
+    df = read_table(path, na_values=na, delimiter=delimiter)
+    public = preprocessing == "public"
+    draft = resolve(
         df, label=label, positive=positive, threshold=threshold, sensitive=sensitive, features=features, types=types,
         levels=levels, missing=missing, missing_indicator=missing_indicator, unknown=unknown, na_values=na,
-        class_names=class_names, public=preprocessing == "public", bounds=bounds, where=_where(path),
+        class_names=class_names, public=public, bounds=bounds, where=_where(path),
     )
+    kept = draft.kept
+    if len(kept) < MIN_ROWS:
+        reasons = "; ".join(f"{k}: {v}" for k, v in draft.dropped.items()) or "none"
+        raise DataIntegrityError(f"{_where(path)}: {len(kept)} of {len(df)} rows are usable, at least {MIN_ROWS} are needed "
+                                 f"(rows dropped: {reasons}); compare dataset.options.levels of the label and the sensitive "
+                                 "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
+    y, class_names_, group, group_names = _split_keys(draft, table, na)
+    splits = stratified_split(y, group, seed=split_seed)
+    data = TabularData(
+        name="table", X=np.zeros((len(y), 0), dtype=np.float32), y=y, group=group, feature_names=(), class_names=class_names_,
+        group_names=group_names, splits=splits, source=_where(path),
+        meta={"preprocessing": "public" if public else "empirical", "numeric_features": 0, "draft": draft, "frame": df,
+              "file_rows": kept, "rows_read": len(df), "dropped": dict(draft.dropped), "pending": draft.pending.any},
+    )
+    return finish(data) if not draft.pending.any else data
+
+
+def _split_keys(draft: Draft, table: pd.DataFrame, na: tuple[str, ...]) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, tuple[str, ...]]:
+    """Classes and groups to stratify the split by: the final ones, or, where the label's or
+    a sensitive column's levels are still to be estimated, every value of the kept rows
+    (names withheld: they are data, used for the split only)."""
+    schema = draft.schema
+    if draft.pending.label:
+        raw = tokens(table[schema.target.column], na)
+        lv = sorted_levels(raw)
+        index = {v: i for i, v in enumerate(lv)}
+        y = np.array([index[t] for t in raw], dtype=np.int64)
+        class_names: tuple[str, ...] = tuple(f"?{i}" for i in range(len(lv)))
+    else:
+        y, _, _ = schema.target.classes(table, na_values=na)
+        class_names = schema.target.class_names
+    if draft.pending.sensitive:
+        lists = tuple(lv if col not in draft.pending.sensitive else sorted_levels(tokens(table[col], na))
+                      for col, lv in zip(schema.groups.columns, schema.groups.levels))
+        raw_groups = Groups(schema.groups.columns, lists)
+        group, _, _ = raw_groups.index(table, na_values=na)
+        group_names: tuple[str, ...] = tuple(f"?{i}" for i in range(len(raw_groups.names)))
+    else:
+        group, _, _ = schema.groups.index(table, na_values=na)
+        group_names = schema.groups.names
+    return y, class_names, group, group_names
+
+
+def finish(data: TabularData, estimates: Estimates | None = None) -> TabularData:
+    """Encode a loaded table: its private values filled in from ``estimates`` (released by
+    :mod:`raco_cli.privacy.estimates` from the training split), rows whose label or group
+    is outside an estimated level list dropped from every split, then the features fitted
+    (public bounds, or the training part's statistics) and encoded.
+
+    Raises:
+        ConfigError: an estimated label keeps fewer than two classes, or the estimated
+            groups none (one line naming the key and the way out).
+    """
+    meta: dict[str, Any] = dict(data.meta)
+    draft: Draft = meta.pop("draft")
+    frame: pd.DataFrame = meta.pop("frame")
+    meta.pop("pending", None)
+    na, where, pending = draft.schema.na_values, draft.where, draft.pending
+    if pending.any and estimates is None:
+        raise ValueError("the table's private values are not estimated yet (raco_cli.privacy.estimates)")
+    schema = _filled(draft, estimates) if pending.any else draft.schema
+    rows = np.asarray(meta["file_rows"])
+    table = frame.iloc[rows].reset_index(drop=True)
     y, _, _ = schema.target.classes(table, na_values=na)
     group, _, _ = schema.groups.index(table, na_values=na)
-    splits = stratified_split(y, group, seed=split_seed)
-    schema = fit(schema, table, splits["train"], na_values=na, public=preprocessing == "public", bounds=bounds, where=_where(path))
-    encoded = schema.encoder.encode(table, na_values=na, where=_where(path))
+    splits = {s: np.asarray(v) for s, v in data.splits.items()}
+    keep = (y >= 0) & (group >= 0)
+    dropped = dict(meta.get("dropped", {}))
+    if not keep.all():  # a value outside an estimated level list: post-processing of the release
+        if pending.label and (y < 0).any():
+            dropped["label not in its estimated level list"] = int((y < 0).sum())
+        if pending.sensitive and (group < 0).any():
+            dropped["sensitive value not in its estimated level list"] = int(((group < 0) & (y >= 0)).sum())
+        new_index = np.cumsum(keep) - 1
+        splits = {s: new_index[idx[keep[idx]]] for s, idx in splits.items()}
+        empty = [s for s, idx in splits.items() if len(idx) == 0]
+        if empty:
+            raise DataIntegrityError(f"{where}: no row of the {empty[0]} split has a label and group in the estimated level lists; "
+                                     "declare the level lists of the label and the sensitive columns public.")
+        rows, table, y, group = rows[keep], table[keep].reset_index(drop=True), y[keep], group[keep]
+    schema = fit(schema, table, splits["train"], na_values=na, public=draft.public, where=where)
+    encoded = schema.encoder.encode(table, na_values=na, where=where)
     repairs = {
         split: {col: {kind: int(mask[idx].sum()) for kind, mask in kinds.items() if mask[idx].any()}
                 for col, kinds in encoded.masks.items() if any(mask[idx].any() for mask in kinds.values())}
         for split, idx in splits.items()
     }
+    meta.update({
+        # the first len(numeric) columns of X are the numeric features: dataset.preprocessing=dp
+        # standardises them privately after loading (raco_cli/privacy/preprocessing.py)
+        "numeric_features": len(schema.encoder.numeric),
+        "schema": schema,
+        "dropped": {k: v for k, v in dropped.items() if v},
+        "repairs": repairs,
+        "file_rows": rows,
+        # (n, m) missing numeric cells: imputed at the public midpoint here, then at the DP
+        # mean by dataset.preprocessing=dp (raco_cli.privacy.preprocessing.scale_rows)
+        "numeric_missing": np.stack([encoded.masks[c.name]["missing"] for c in schema.encoder.numeric], axis=1)
+        if schema.encoder.numeric else np.zeros((len(y), 0), dtype=bool),
+        "label": schema.target.column,
+        "sensitive": "&".join(schema.groups.columns),
+    })
+    if estimates is not None:
+        meta["estimates"] = estimates.to_dict()
     return TabularData(
         name="table",
         X=encoded.X,
@@ -228,25 +470,79 @@ def load(
         class_names=schema.target.class_names,
         group_names=schema.groups.names,
         splits=splits,
-        source=_where(path),
-        meta={
-            "preprocessing": "public" if preprocessing == "public" else "empirical",
-            # the first len(numeric) columns of X are the numeric features: dataset.preprocessing=dp
-            # standardises them privately after loading (raco_cli/privacy/preprocessing.py)
-            "numeric_features": len(schema.encoder.numeric),
-            "schema": schema,
-            "rows_read": len(df),
-            "dropped": dropped,
-            "repairs": repairs,
-            "file_rows": kept,
-            # (n, m) missing numeric cells: imputed at the public midpoint here, then at the DP
-            # mean by dataset.preprocessing=dp (raco_cli.privacy.preprocessing.scale_rows)
-            "numeric_missing": np.stack([encoded.masks[c.name]["missing"] for c in schema.encoder.numeric], axis=1)
-            if schema.encoder.numeric else np.zeros((len(y), 0), dtype=bool),
-            "label": label,
-            "sensitive": "&".join(schema.groups.columns),
-        },
+        source=data.source,
+        meta=meta,
     )
+
+
+def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
+    """The draft's schema with its private values taken from the estimates."""
+    assert est is not None
+    schema, pending = draft.schema, draft.pending
+    target = schema.target
+    if pending.label:
+        classes = est.levels.get(target.column, ())
+        if len(classes) < 2:
+            raise ConfigError(f"dataset.options.levels.{target.column} is private and its estimate kept {len(classes)} class(es) "
+                              f"{list(classes)}: a class needs about {est.threshold:.0f} training rows to be released; declare the "
+                              f"classes public (dataset.options.levels.{target.column}=[...]) or set dataset.options.positive.")
+        target = Target(target.column, "levels", classes, levels=classes)
+    lists = []
+    for col, lv in zip(schema.groups.columns, schema.groups.levels):
+        if col in pending.sensitive:
+            lv = est.levels.get(col, ())
+            if len(lv) < 2:
+                raise ConfigError(f"dataset.options.levels.{col} is private and its estimate kept {len(lv)} group(s) {list(lv)}: a "
+                                  f"group needs about {est.threshold:.0f} training rows to be released; declare the groups public "
+                                  f"(dataset.options.levels.{col}=[...]).")
+        lists.append(lv)
+    private_lists = ([target.column] if pending.label else []) + list(pending.sensitive)
+    if private_lists:  # the constraint's classes and groups come from the release: say which
+        log.warning("The %s of this run are those its private estimate released (%s); a class or group with fewer than about "
+                    "%.0f training rows is left out with its rows. Declare the list public to keep every one.",
+                    " and ".join(("classes of " if c == target.column else "groups of ") + c for c in private_lists),
+                    "; ".join(f"{c}: {', '.join(est.levels.get(c, ()))}" for c in private_lists), est.threshold)
+    indicators = set(est.indicators) if pending.indicators is not None else set()
+    cols: list[Column] = []
+    for c in schema.encoder.columns:
+        ind = c.indicator or c.name in indicators
+        if isinstance(c, NumericColumn):
+            if c.name in pending.bounds:
+                lo, hi = est.bounds[c.name]
+                c = NumericColumn(c.name, bound=PublicBound(lo, hi, pending.bounds[c.name]))
+            cols.append(replace(c, indicator=ind))
+        elif c.name in pending.levels:
+            lv = est.levels.get(c.name, ())
+            if isinstance(c, BinaryColumn) and len(lv) == 2:
+                cols.append(BinaryColumn(c.name, (lv[0], lv[1]), indicator=ind))
+            else:  # binary needs exactly two released levels; otherwise one-hot over those released
+                cols.append(CategoricalColumn(c.name, lv, other=draft.other, indicator=ind))
+        else:
+            cols.append(replace(c, indicator=ind))
+    return TableSchema(target, Groups(schema.groups.columns, tuple(lists)), TableEncoder(tuple(cols)), schema.na_values)
+
+
+def pending_values(data: TabularData, rows: np.ndarray) -> list[PendingColumn]:
+    """The cells of ``rows`` (indices into ``data``, e.g. its training split) of every column
+    whose value is to be estimated, in the file's column order: what the private estimates
+    read (:mod:`raco_cli.privacy.estimates`), and nothing else."""
+    draft = cast(Draft, data.meta["draft"])
+    frame = cast(pd.DataFrame, data.meta["frame"])
+    pending, na = draft.pending, draft.schema.na_values
+    part = frame.iloc[np.asarray(data.meta["file_rows"])[np.asarray(rows)]]
+    candidates = set(pending.indicators or ())
+    level_cols = set(pending.levels) | set(pending.sensitive) | ({draft.schema.target.column} if pending.label else set())
+    out: list[PendingColumn] = []
+    for col in map(str, frame.columns):
+        ind = col in candidates
+        if col in pending.bounds:
+            out.append(PendingColumn(col, "bounds", numbers(part[col], column=col, where=draft.where, na_values=na), ind,
+                                     pending.bounds[col]))
+        elif col in level_cols:
+            out.append(PendingColumn(col, "levels", tokens(part[col], na), ind))
+        elif ind:
+            out.append(PendingColumn(col, "missing", np.array([t is None for t in tokens(part[col], na)], dtype=bool), True))
+    return out
 
 
 def _where(path: str | Sequence[str]) -> str:
@@ -262,18 +558,18 @@ def resolve(
     sensitive: str | Sequence[str] | None,
     features: Sequence[str] | None,
     types: Mapping[str, str],
-    levels: Mapping[str, Sequence[object]],
+    levels: Mapping[str, object],
     missing: str,
-    missing_indicator: Sequence[str],
+    missing_indicator: object,
     unknown: str,
     na_values: tuple[str, ...],
     class_names: Sequence[str] | None,
     public: bool,
     bounds: Mapping[str, object] | None,
     where: str = "the table",
-) -> tuple[TableSchema, dict[str, int], np.ndarray]:
-    """Options + file -> the schema (features not fitted yet), the dropped-row counts by
-    reason, and the indices of the kept rows."""
+) -> Draft:
+    """Options + file -> the draft: the schema (features not fitted yet, private values
+    pending), the dropped-row counts by reason, and the indices of the kept rows."""
     columns = [str(c) for c in df.columns]
     available = ", ".join(columns[:20]) + (", ..." if len(columns) > 20 else "")
 
@@ -294,7 +590,15 @@ def resolve(
         if mapping is not None and not isinstance(mapping, Mapping):
             raise ConfigError(f"{key} must be a mapping column -> value (got {key}={mapping!r}).")
         check(list(mapping or {}), key)
-    types, levels, raw_bounds = dict(types or {}), dict(levels or {}), dict(bounds or {})
+    level_entries = {str(c): provenance.levels(v, f"dataset.options.levels.{c}") for c, v in dict(levels or {}).items()}
+    bound_entries = {str(c): provenance.bound(v, f"dataset.bounds.{c}") for c, v in dict(bounds or {}).items()}
+    ind_entry = provenance.indicators(missing_indicator)
+    types = dict(types or {})
+    # private values: pending under public preprocessing, read from the data under empirical (the paper's protocol)
+    private_levels = {c for c, e in level_entries.items() if e.private}
+    private_bounds = {c: e.transform for c, e in bound_entries.items() if e.private}
+    plain_levels = {c: e.value for c, e in level_entries.items() if not e.private}
+    raw_bounds = {c: e.value for c, e in bound_entries.items() if not e.private}
     for col, t in types.items():
         if t not in TYPES:
             raise ConfigError(f"dataset.options.types.{col} must be one of {', '.join(TYPES)} (got {t!r}).")
@@ -316,47 +620,78 @@ def resolve(
         feats = tuple(c for c in feats if types.get(c) != "drop")
     if not feats:
         raise ConfigError("No feature columns: dataset.options.features is empty or every column is dropped.")
-    indicators = _names(list(missing_indicator or ()), "dataset.options.missing_indicator")
-    check(indicators, "dataset.options.missing_indicator")
-    stray = [c for c in indicators if c not in feats]
-    if stray:
-        raise ConfigError(f"dataset.options.missing_indicator names {stray[0]!r}, which is not a feature column.")
-    target = _target(df, label, positive, threshold, levels, class_names, na_values, public)
-    groups = _groups(df, sens, levels, na_values, public)
-    both = [c for c in feats if c in raw_bounds and c in levels and c not in types]
+    if ind_entry.private:
+        indicators: tuple[str, ...] = ()
+    else:
+        indicators = _names(list(ind_entry.value or ()), "dataset.options.missing_indicator")
+        check(indicators, "dataset.options.missing_indicator")
+        stray = [c for c in indicators if c not in feats]
+        if stray:
+            raise ConfigError(f"dataset.options.missing_indicator names {stray[0]!r}, which is not a feature column"
+                              + (" (its type is drop)" if types.get(stray[0]) == "drop" else "") + "; remove it from the list.")
+    if class_names is not None and label in private_levels and positive is None and threshold is None and public:
+        raise ConfigError(f"dataset.options.class_names needs the classes of {label!r} in a public list; "
+                          f"dataset.options.levels.{label} is private (estimated): remove class_names or declare the classes.")
+    label_pending = public and label in private_levels and positive is None and threshold is None
+    target = _target(df, label, positive, threshold, plain_levels, class_names, na_values, public and not label_pending,
+                     pending=label_pending)
+    sens_pending = tuple(c for c in sens if c in private_levels) if public else ()
+    groups = _groups(df, sens, plain_levels, na_values, public, pending=sens_pending)
+    levelled = set(plain_levels) | private_levels
+    bounded = set(raw_bounds) | set(private_bounds)
+    both = [c for c in feats if c in bounded and c in levelled and c not in types]
     if both:
         raise ConfigError(f"dataset.bounds.{both[0]} and dataset.options.levels.{both[0]} are both set: a column is numeric "
                           f"(bounds) or categorical (levels); remove one, or declare dataset.options.types.{both[0]}.")
-    resolved_types = {c: types.get(c) or ("numeric" if c in raw_bounds else "categorical" if c in levels else
+    resolved_types = {c: types.get(c) or ("numeric" if c in bounded else "categorical" if c in levelled else
                                           storage_type(df[c], na_values)) for c in feats}
     for col, t in resolved_types.items():
-        if t == "numeric" and col in levels:
+        if t == "numeric" and col in levelled:
             raise ConfigError(f"dataset.options.levels.{col} is set, but {col} is numeric; declare "
                               f"dataset.options.types.{col}=categorical or remove the level list.")
-        if t != "numeric" and col in raw_bounds:
+        if t != "numeric" and col in bounded:
             raise ConfigError(f"dataset.bounds.{col} is set, but {col} is {t}; bounds apply to numeric columns.")
-    stray_bounds = [c for c in raw_bounds if c not in feats]
+    stray_bounds = [c for c in bounded if c not in feats]
     if stray_bounds:
         raise ConfigError(f"dataset.bounds.{stray_bounds[0]} names no feature column; remove it or add the column to the features.")
     if public:
-        _require_public(resolved_types, raw_bounds, levels, "dataset.preprocessing=public/dp (privacy.scope=model)")
+        _require_public(resolved_types, bounded, levelled, "dataset.preprocessing=public/dp (privacy.scope=model)")
+    parsed = parse_bounds(raw_bounds, dataset="table") if public else {}
+    if ind_entry.private and not public:  # the paper's protocol: every feature column with a missing value in the file
+        indicators = tuple(c for c in feats if any(t is None for t in tokens(df[c], na_values)))
     cols: list[Column] = []
     for col, t in resolved_types.items():
         ind = col in indicators
         if t == "numeric":
-            cols.append(NumericColumn(col, indicator=ind))
-        elif t == "binary":
-            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
+            cols.append(NumericColumn(col, bound=parsed.get(col), indicator=ind))
+            continue
+        lv = _levels_of(plain_levels[col], f"dataset.options.levels.{col}", df[col]) if col in plain_levels else ()
+        if t == "binary":
             if lv and len(lv) != 2:
                 raise ConfigError(f"dataset.options.levels.{col} must list exactly 2 values for a binary column (got {list(lv)}).")
             cols.append(BinaryColumn(col, lv, indicator=ind))  # type: ignore[arg-type]
         else:
-            lv = _levels_of(levels[col], f"dataset.options.levels.{col}") if col in levels else ()
             cols.append(CategoricalColumn(col, lv, other=unknown == "other", indicator=ind))
+    pending = Pending(
+        bounds={c: private_bounds[c] for c in feats if c in private_bounds} if public else {},
+        levels=tuple(c for c in feats if c in private_levels and resolved_types[c] != "numeric") if public else (),
+        label=label_pending, sensitive=sens_pending,
+        indicators=feats if ind_entry.private and public else None,
+    )
     schema = TableSchema(target=target, groups=groups, encoder=TableEncoder(tuple(cols)), na_values=na_values)
 
-    y, y_missing, y_unknown = target.classes(df, na_values=na_values, where=where)
-    _, g_missing, g_unknown = groups.index(df, na_values=na_values)
+    if label_pending:  # classes not known yet: a row without a label has no class; the others wait for the estimate
+        y_missing = np.array([t is None for t in tokens(df[label], na_values)], dtype=bool)
+        y_unknown = np.zeros(len(df), dtype=bool)
+    else:
+        _, y_missing, y_unknown = target.classes(df, na_values=na_values, where=where)
+    g_missing, g_unknown = np.zeros(len(df), dtype=bool), np.zeros(len(df), dtype=bool)
+    for col, lv in zip(groups.columns, groups.levels):
+        text = tokens(df[col], na_values)
+        miss = np.array([t is None for t in text], dtype=bool)
+        g_missing |= miss
+        if col not in sens_pending:
+            g_unknown |= ~miss & ~member(text, lv)
     dropped = {"label missing": int(y_missing.sum()), "label not in its level list": int(y_unknown.sum()),
                "sensitive value missing": int(g_missing.sum()), "sensitive value not in its level list": int(g_unknown.sum())}
     keep = ~(y_missing | y_unknown | g_missing | g_unknown)
@@ -370,28 +705,44 @@ def resolve(
         dropped["feature missing (missing: drop)"] = int((feature_missing & keep).sum())
         keep &= ~feature_missing
     dropped = {k: v for k, v in dropped.items() if v}
-    return schema, dropped, np.flatnonzero(keep)
+    return Draft(schema=schema, pending=pending, dropped=dropped, kept=np.flatnonzero(keep), public=public, where=where,
+                 other=unknown == "other")
 
 
-def _target(df, label, positive, threshold, levels, class_names, na_values, public) -> Target:
+def _target(df, label, positive, threshold, levels, class_names, na_values, public, *, pending: bool = False) -> Target:
+    """The label rule; a positive value or a class of the level list that the label column
+    never holds is an error naming the values it holds (a typo must not train to a constant).
+    ``pending``: the classes are estimated privately later (:func:`finish`)."""
     if positive is not None and threshold is not None:
         raise ConfigError("dataset.options.positive and dataset.options.threshold are both set; give one "
                           "(positive: label values of class 1; threshold: class 1 when the label is above it).")
+    present = set(tokens(df[label], na_values)) - {None}
     if positive is not None:
-        pos = _levels_of(positive if isinstance(positive, (list, tuple)) else [positive], "dataset.options.positive")
+        pos = _levels_of(positive if isinstance(positive, (list, tuple)) else [positive], "dataset.options.positive", df[label])
+        absent = [v for v in pos if v not in present]
+        if absent:
+            raise ConfigError(f"dataset.options.positive={absent[0]} does not occur in the label column {label!r} (its values: "
+                              f"{_values_in(df, label, na_values)}); values are compared as text, case-sensitive: give one of them.")
         joined = "|".join(pos)
         target = Target(label, "positive", (f"not {joined}", joined), positive=pos)
     elif threshold is not None:
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
             raise ConfigError(f"dataset.options.threshold must be a finite number (got dataset.options.threshold={threshold!r}).")
         target = Target(label, "threshold", (f"<= {threshold:g}", f"> {threshold:g}"), threshold=float(threshold))
+    elif pending:
+        return Target(label, "levels", ())
     else:
         if label in levels:
-            lv = _levels_of(levels[label], f"dataset.options.levels.{label}")
+            lv = _levels_of(levels[label], f"dataset.options.levels.{label}", df[label])
+            absent = [v for v in lv if v not in present]
+            if absent:
+                raise ConfigError(f"dataset.options.levels.{label} lists the class {absent[0]!r}, which the label column never "
+                                  f"holds (its values: {_values_in(df, label, na_values)}); values are compared as text, "
+                                  "case-sensitive: list the classes the file holds.")
         elif public:
             raise ConfigError(f"dataset.options.levels.{label} is missing: under privacy.scope=model the classes of the label "
-                              f"need a public list (e.g. levels: {{{label}: [no, yes]}}), or set dataset.options.positive / "
-                              f"dataset.options.threshold; {SCOPE_HINT}.")
+                              f"need a public list (e.g. levels: {{{label}: ['no', 'yes']}}) or `private` (estimated inside eps), "
+                              f"or set dataset.options.positive / dataset.options.threshold; {SCOPE_HINT}.")
         else:
             lv = sorted_levels(tokens(df[label], na_values))
         if len(lv) < 2:
@@ -407,47 +758,50 @@ def _target(df, label, positive, threshold, levels, class_names, na_values, publ
     return target
 
 
-def _groups(df, sens, levels, na_values, public) -> Groups:
-    lists = []
+def _groups(df, sens, levels, na_values, public, *, pending: tuple[str, ...] = ()) -> Groups:
+    lists: list[tuple[str, ...]] = []
     for col in sens:
-        if col in levels:
-            lists.append(_levels_of(levels[col], f"dataset.options.levels.{col}"))
+        if col in pending:
+            lists.append(())  # estimated privately (finish)
+        elif col in levels:
+            lists.append(_levels_of(levels[col], f"dataset.options.levels.{col}", df[col]))
         elif public:
             raise ConfigError(f"dataset.options.levels.{col} is missing: under privacy.scope=model the sensitive groups need "
-                              f"a public level list (e.g. levels: {{{col}: [F, M]}}); {SCOPE_HINT}.")
+                              f"a public level list (e.g. levels: {{{col}: ['F', 'M']}}) or `private` (estimated inside eps); "
+                              f"{SCOPE_HINT}.")
         else:
             lists.append(sorted_levels(tokens(df[col], na_values)))
     return Groups(sens, tuple(lists))
 
 
-def _require_public(resolved_types: Mapping[str, str], bounds: Mapping[str, object], levels: Mapping[str, object], why: str) -> None:
-    no_bounds = [c for c, t in resolved_types.items() if t == "numeric" and c not in bounds]
+def _require_public(resolved_types: Mapping[str, str], bounded: set[str], levelled: set[str], why: str) -> None:
+    no_bounds = [c for c, t in resolved_types.items() if t == "numeric" and c not in bounded]
     if no_bounds:
-        raise ConfigError(f"dataset.bounds.{no_bounds[0]} is missing: {why} needs public bounds [lo, hi] for every numeric column "
-                          f"({', '.join(no_bounds)}); {SCOPE_HINT}.")
-    no_levels = [c for c, t in resolved_types.items() if t in ("categorical", "binary") and c not in levels]
+        raise ConfigError(f"dataset.bounds.{no_bounds[0]} is missing: {why} needs public bounds [lo, hi] (or `private`, estimated "
+                          f"inside eps) for every numeric column ({', '.join(no_bounds)}); {SCOPE_HINT}.")
+    no_levels = [c for c, t in resolved_types.items() if t in ("categorical", "binary") and c not in levelled]
     if no_levels:
-        raise ConfigError(f"dataset.options.levels.{no_levels[0]} is missing: {why} needs a public level list for every "
-                          f"categorical or binary column ({', '.join(no_levels)}); {SCOPE_HINT}.")
+        raise ConfigError(f"dataset.options.levels.{no_levels[0]} is missing: {why} needs a public level list (or `private`, "
+                          f"estimated inside eps) for every categorical or binary column ({', '.join(no_levels)}); {SCOPE_HINT}.")
 
 
 def fit(schema: TableSchema, table: pd.DataFrame, train: np.ndarray, *, na_values: tuple[str, ...], public: bool,
-        bounds: Mapping[str, object] | None, where: str = "the table") -> TableSchema:
-    """Complete the feature encoders: public bounds, or (empirical) the training part's
-    mean/std and the level lists the configuration left open."""
-    parsed = parse_bounds(bounds, dataset="table") if public else {}
+        where: str = "the table") -> TableSchema:
+    """Complete the feature encoders: public bounds (already in the schema), or (empirical)
+    the training part's mean/std and the level lists the configuration left open."""
     cols: list[Column] = []
     part = table.iloc[train]
     for c in schema.encoder.columns:
         if isinstance(c, NumericColumn):
             if public:
-                cols.append(NumericColumn(c.name, bound=parsed[c.name], indicator=c.indicator))
+                assert c.bound is not None, c.name
+                cols.append(c)
             else:
                 values = pd.Series(numbers(part[c.name], column=c.name, where=where, na_values=na_values))
                 mean, std = float(values.mean()), float(values.std(ddof=0))
                 cols.append(NumericColumn(c.name, mean=mean if np.isfinite(mean) else 0.0, std=std if np.isfinite(std) else 1.0,
                                           indicator=c.indicator))
-        elif c.levels:
+        elif c.levels or public:  # public: a private list estimated empty (only <col>=other)
             cols.append(c)
         else:  # empirical only (_require_public): the level list of the training part
             lv = sorted_levels(tokens(part[c.name], na_values))

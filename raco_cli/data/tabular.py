@@ -89,10 +89,11 @@ def parse_bounds(raw: Mapping[str, object] | None, *, dataset: str) -> dict[str,
     Raises:
         ConfigError: a malformed entry (one line naming ``dataset.bounds.<column>``).
     """
+    from raco_cli.data.provenance import plain_bounds
     from raco_cli.errors import ConfigError
 
     out: dict[str, PublicBound] = {}
-    for col, entry in (raw or {}).items():
+    for col, entry in plain_bounds(raw, dataset=dataset).items():
         key = f"dataset.bounds.{col}"
         ok = isinstance(entry, (list, tuple)) and len(entry) in (2, 3)
         lo, hi = (entry[0], entry[1]) if ok else (None, None)  # type: ignore[index]

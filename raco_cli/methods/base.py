@@ -103,6 +103,12 @@ class MethodSpec:
         train_size: the training size the run may use: q = B / train_size and every
             normaliser of a noisy sum (the released DP count under scope=model); None = the
             exact number of training rows (scope=paper, non-private methods).
+        estimate_noise: noise multiplier of the one Gaussian release of a table's private
+            bounds, level lists and missing-value indicators (``private`` values of
+            ``dataset=table``, :mod:`raco_cli.privacy.estimates`); 0 = no such release.
+        reserved_delta: the part of delta the thresholding of that release takes (its
+            data-dependent levels); the accountant computes epsilon at ``delta - reserved_delta``
+            (:meth:`accounting_delta`).
         options: method-specific extra keys (e.g. DP-FERMI's lambda).
         objective: the ``objective`` config group (``erm``, or the DRO objective of
             :mod:`raco_cli.objectives`).
@@ -135,12 +141,19 @@ class MethodSpec:
     preprocessing_noise: float = 0.0
     size_noise: float = 0.0
     train_size: float | None = None
+    estimate_noise: float = 0.0
+    reserved_delta: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
 
     def size_of(self, n_rows: int) -> float:
         """The training size this run uses (:attr:`train_size`, else the exact ``n_rows``)."""
         return float(n_rows) if self.train_size is None else float(self.train_size)
+
+    def accounting_delta(self, delta: float) -> float:
+        """The delta at which the PLD accountant computes this run's epsilon: the run's delta
+        less what the thresholding of a private level estimate reserved (:attr:`reserved_delta`)."""
+        return float(delta) - self.reserved_delta
 
     def required(self, key: str) -> float:
         """A numeric setting a private method needs (the planner checked it is set)."""
@@ -181,6 +194,8 @@ class MethodSpec:
         _positive("privacy.selection_eps", self.selection_eps, "the epsilon of the private checkpoint choice.", allow_zero=True)
         _positive("dataset.dp_noise_multiplier", self.preprocessing_noise, "the noise multiplier of the DP standardisation.",
                   allow_zero=True)
+        _positive("dataset.estimate_noise_multiplier", self.estimate_noise, "the noise multiplier of the private estimates.",
+                  allow_zero=True)
         if not 0 <= self.momentum < 1:
             raise ConfigError(IN_RANGE.format(key="method.momentum", interval="[0, 1)", value=self.momentum, meaning="the momentum coefficient."))
 
@@ -218,6 +233,8 @@ class Seeds:
             own stream, so training noise is the same in both scopes.
         preprocessing: Gaussian noise of the DP standardisation (``dataset.preprocessing=dp``).
         size: Gaussian noise of the DP count of the training rows (``privacy.scope=model``).
+        estimates: Gaussian noise of a table's private estimates (``private`` values of
+            ``dataset=table``, :mod:`raco_cli.privacy.estimates`).
     """
 
     seed: int
@@ -227,15 +244,16 @@ class Seeds:
     selection: int = 0
     preprocessing: int = 0
     size: int = 0
+    estimates: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        # spawn(6)[:5] == spawn(5): adding a seed leaves the earlier ones unchanged
-        init, sampling, noise, selection, preprocessing, size = (
-            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(6)
+        # spawn(7)[:6] == spawn(6): adding a seed leaves the earlier ones unchanged
+        init, sampling, noise, selection, preprocessing, size, estimates = (
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(7)
         )
         return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing,
-                   size=size)
+                   size=size, estimates=estimates)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import dp_accounting as dpa
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import Method, MethodSpec
 from raco_cli.privacy import accountant, limits
+from raco_cli.privacy.estimates import estimates_event
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
 from raco_cli.privacy.size import size_event
@@ -43,10 +44,13 @@ class PrivacyPlan:
 
 
 def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
-    """The releases a private run makes once, outside its steps: the DP count of the training
-    rows and the DP standardisation (``dataset.preprocessing=dp``) before training, and the
-    private checkpoint selection (``privacy.scope=model``) after it."""
+    """The releases a private run makes once, outside its steps: a table's private estimates
+    (``private`` bounds / levels / indicators of ``dataset=table``), the DP count of the
+    training rows and the DP standardisation (``dataset.preprocessing=dp``) before training,
+    and the private checkpoint selection (``privacy.scope=model``) after it."""
     out = []
+    if spec.estimate_noise > 0:
+        out.append(estimates_event(spec.estimate_noise))
     if spec.size_noise > 0:
         out.append(size_event(spec.size_noise))
     if spec.preprocessing_noise > 0:
@@ -146,6 +150,7 @@ def plan_uncached(
         PrivacyBudgetError: the budget cannot be met with these settings.
         ConfigError: a private method lacks a noise multiplier or clip norm.
     """
+    delta = spec.accounting_delta(delta)  # less what a private level estimate's threshold reserved
     full_batch = bool(getattr(method, "FULL_BATCH", False))
     if spec.batch_size > n_train and not full_batch:
         estimate = ", a DP estimate under privacy.scope=model" if spec.train_size is not None else ""

@@ -49,7 +49,9 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
             nonfinite,
         )
     event = run_event(method, pplan.spec, pplan.sample_rate, result.steps, constrained=prep.constrained)
-    eps_spent = accountant.cached_epsilon(event, spec.delta, discretization=spec.discretization) if private else None
+    # a private level estimate's threshold reserved part of delta (raco_cli/privacy/estimates.py)
+    eps_spent = accountant.cached_epsilon(event, pplan.spec.accounting_delta(spec.delta), discretization=spec.discretization) \
+        if private else None
     rho_spent = event_rho(event) if private else None  # zCDP of the same tree (None: no zCDP bound)
     if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
         raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
@@ -60,7 +62,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
-        "dataset": spec.dataset.name,
+        "dataset": spec.dataset.display,
         "constraint": spec.constraint.name,
         "constraints": list(cons.names),
         "gamma": spec.constraint.gamma,
@@ -87,6 +89,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
             "selection": None if spec.secure_rng or not pplan.spec.selection_eps else seeds.selection,
             "preprocessing": None if spec.secure_rng or prep.preprocessing != "dp" else seeds.preprocessing,
             "size": None if spec.secure_rng or not pplan.spec.size_noise else seeds.size,
+            "estimates": None if spec.secure_rng or not pplan.spec.estimate_noise else seeds.estimates,
         },
         "secure_rng": spec.secure_rng,
         "tuned_on": tuned_on(spec),
@@ -110,6 +113,8 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
     if "schema" in data.meta:  # dataset=table: the self-contained model for `raco predict`
         summary["predictor"] = "model"
+    if "estimates" in data.meta:  # dataset=table's private values: a release (raco_cli/privacy/estimates.py)
+        summary["estimates"] = data.meta["estimates"]
     # what the scope lets the run write (tracking/summary.py STATUS): every output below
     # is built from this, never from the full summary
     summary = summary_mod.released(summary, scope=spec.scope, private=private)
@@ -121,7 +126,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         if curves:
             artifacts.append(plot_training_curves(
                 result.history, gamma=common_gamma(requested.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
-                title=f"{spec.method.name} {spec.dataset.name} {spec.constraint.name} eps={spec.eps:g}",
+                title=f"{spec.method.name} {spec.dataset.display} {spec.constraint.name} eps={spec.eps:g}",
             ))
         artifacts.append(summary_mod.write_config(resolved, run_dir / "config.yaml"))
         torch.save(result.state_dict, run_dir / "model.pt")

@@ -190,7 +190,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                    reporter=FanOut(rec), scaling=prep.scaling)
             for (_, prep), rec in zip(runs, recorders)
         ]
-        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.name} x{R}", show_values=False)
+        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.display} x{R}", show_values=False)
         try:
             results = first.method.fit_many(first.data, members, steps=first.plan.steps, device=first.device, reporter=progress)
         finally:

@@ -121,6 +121,8 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     data = load_data(spec)
     seeds = Seeds.from_seed(spec.seed)
     method_spec = spec.method
+    if data.meta.get("pending"):  # dataset=table's private values: one accounted release, from the training split
+        data, method_spec = estimate_private_values(spec, data, method_spec, seeds)
     check_task(spec, method, data)
     cons = constraints_mod.build_parts(
         spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
@@ -227,6 +229,34 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
              confidence, ", ".join(f"{m:.4f}" for m in found.margin))
     return replace(cons, gamma=targets), found
 
+
+def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: Any) -> tuple[Any, Any]:
+    """A table's ``private`` bounds, level lists and missing-value indicators, estimated in one
+    Gaussian release from its training split (:mod:`raco_cli.privacy.estimates`), drawn per
+    run (never cached with the data), then the table encoded with them; the method spec
+    gains the release's noise multiplier (its DpEvent in the plan) and the delta its threshold
+    reserves.
+
+    Raises:
+        ConfigError: ``privacy.delta_exponent`` (delta must be known before n), or an
+            estimate that leaves the label fewer than two classes.
+    """
+    from raco_cli.data.table import finish
+    from raco_cli.errors import ConfigError
+    from raco_cli.privacy.estimates import estimate_table
+    from raco_cli.privacy.mechanisms import noise_source
+
+    if spec.delta_exponent is not None:
+        raise ConfigError(f"privacy.delta_exponent={spec.delta_exponent:g} cannot be combined with private values of the table "
+                          "(their threshold needs delta before the training size is known); set privacy.delta_exponent=null "
+                          "or declare the values public.")
+    sigma = spec.dataset.estimate_noise_multiplier
+    est = estimate_table(data, noise_multiplier=sigma, eps=spec.eps, delta=spec.delta,
+                         source=noise_source(seeds.estimates, "cpu", secure=spec.secure_rng))
+    log.info("Private estimates (one Gaussian release over %d columns, noise multiplier %g, noise std %.4g, threshold %.4g): %s",
+             est.columns, sigma, est.std, est.threshold, json.dumps({k: v for k, v in est.to_dict().items()
+                                                                    if k in ("bounds", "levels", "missing_indicator")}))
+    return finish(data, est), replace(method_spec, estimate_noise=sigma, reserved_delta=est.reserved_delta)
 
 
 def check_task(spec: RunSpec, method: Any, data: Any) -> None:

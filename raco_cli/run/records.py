@@ -24,7 +24,7 @@ ROBUST_METRICS = ("worst_group_accuracy", "worst_class_accuracy", "balanced_accu
 
 def run_name(spec: Any) -> str:
     budget = f"rho{spec.rho:g}" if getattr(spec, "rho", None) is not None else f"eps{spec.eps:g}"
-    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-{budget}-seed{spec.seed}"
+    return spec.tracking.run_name or f"{spec.method.name}-{spec.dataset.display}-{spec.constraint.name}-{budget}-seed{spec.seed}"
 
 
 def extra_tags(resolved: Mapping[str, Any]) -> dict[str, str]:
@@ -38,7 +38,7 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
     return {
         **extra_tags(resolved),
         "method": spec.method.name,
-        "dataset": spec.dataset.name,
+        "dataset": spec.dataset.display,
         "constraint": spec.constraint.name,
         "raco.config_hash": spec.config_hash,
         "raco.run_dir": str(run_dir),

@@ -27,7 +27,8 @@ TASK_CHOICES = ("auto", "classification", "regression")
 MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 is eps ~ 92 at delta 1e-5)
 # MethodSpec fields the run layer sets (scope, noise source, private selection, preprocessing
 # and size releases): not settable as method.<key>
-RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "objective")
+RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "estimate_noise",
+             "reserved_delta", "objective")
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download", "method.tuned_on")
 
 
@@ -44,6 +45,12 @@ class DatasetSpec:
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
+    estimate_noise_multiplier: float = 20.0  # dataset.estimate_noise_multiplier: the Gaussian of a table's private estimates
+    title: str = ""  # the name runs and summaries carry: the dataset, or a table's name (dataset.options.name, else the file stem)
+
+    @property
+    def display(self) -> str:
+        return self.title or self.name
 
 
 @dataclass(frozen=True)
@@ -382,6 +389,16 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     if not isinstance(bounds, Mapping):
         raise ConfigError(TYPE.format(key="dataset.bounds", expected="a mapping column -> [lo, hi]", value=bounds,
                                       meaning="public feature bounds (conf/dataset/<name>.yaml)."))
+    from raco_cli.data.provenance import data_derived, refusal
+
+    derived = data_derived(ds)
+    if derived and scope == "model":  # a value read from the data is not private (docs/privacy.md)
+        raise ConfigError(refusal(derived))
+    estimate_noise = _number({"s": ds.get("estimate_noise_multiplier", 20.0)}, "s", "dataset.estimate_noise_multiplier",
+                             "the noise multiplier of a table's private estimates (private bounds / levels).")
+    if not math.isfinite(estimate_noise) or estimate_noise <= 0:
+        raise ConfigError(f"dataset.estimate_noise_multiplier must be a positive finite number (got dataset.estimate_noise_multiplier="
+                          f"{estimate_noise}); the Gaussian noise multiplier of a table's private estimates (default 20).")
     dataset = DatasetSpec(
         name=ds_name,
         split_seed=split_seed,
@@ -394,6 +411,8 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),
+        estimate_noise_multiplier=float(estimate_noise),
+        title=_title(ds_name, ds.get("options") or {}),
     )
 
     constraint = _constraint_spec(c.get("constraint") or {}, scope=scope)
@@ -447,6 +466,27 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         size_noise_multiplier=float(size_noise),
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
     )
+
+
+def _title(name: str, options: Mapping[str, Any]) -> str:
+    """What runs of a dataset are called: its name; a table's ``dataset.options.name``, else the
+    stem of its (first) file.
+
+    >>> _title("table", {"path": "/data/credit-g.csv.gz"}), _title("table", {"name": "loans", "path": "x.csv"}), _title("adult", {})
+    ('credit-g', 'loans', 'adult')
+    """
+    if name != "table":
+        return name
+    if isinstance(options.get("name"), str) and options["name"]:
+        return str(options["name"])
+    path = options.get("path")
+    first = path[0] if isinstance(path, (list, tuple)) and path else path
+    if not isinstance(first, str) or not first:
+        return name
+    stem = Path(first).name
+    for suffix in (".gz", ".csv", ".tsv", ".txt", ".parquet"):
+        stem = stem.removesuffix(suffix)
+    return stem or name
 
 
 TUNED_PROTOCOLS = ("non-private", "private")

@@ -54,7 +54,7 @@ def _train(cfg: Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None, pre
     warn_secure_rng(bool(method.PRIVATE), spec.secure_rng)
     set_threads(spec.threads)
     recorder = open_recorder(prep, run_dir, sweep_dir)
-    progress = Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.name}", show_values=prep.full_records)
+    progress = Progress(pplan.steps, desc=f"{spec.method.name}/{spec.dataset.display}", show_values=prep.full_records)
     status = "FAILED"
     try:
         result = method.fit(

@@ -19,7 +19,7 @@ from typing import Any
 
 from raco_cli.data.schema import NumericColumn
 from raco_cli.errors import OutputError
-from raco_cli.predictor import GROUP, PREDICTED, PROBABILITY, Predictor
+from raco_cli.predictor import GROUP, PREDICTED, Predictor, probability_columns
 
 ENTRY_POINT = Path(__file__).with_name("pyfunc_model.py")
 
@@ -33,7 +33,7 @@ def signature(predictor: Predictor) -> Any:
     schema = predictor.schema
     inputs: list[Any] = [ColSpec("double" if isinstance(c, NumericColumn) else "string", c.name) for c in schema.encoder.columns]
     inputs += [ColSpec("string", c, required=False) for c in schema.groups.columns if c not in schema.feature_columns]
-    outputs: list[Any] = [ColSpec("string", PREDICTED)] + [ColSpec("double", f"{PROBABILITY}{c}") for c in predictor.class_names]
+    outputs: list[Any] = [ColSpec("string", PREDICTED)] + [ColSpec("double", c) for c in probability_columns(predictor.class_names)]
     outputs.append(ColSpec("string", GROUP, required=False))
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 

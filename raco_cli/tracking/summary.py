@@ -7,7 +7,8 @@ key                meaning
 =================  ==========================================================================
 schema_version     1
 method             method registry key (raco_dp, dp_sgd, sgd, sgda, ...)
-dataset            dataset registry key
+dataset            dataset registry key; for dataset=table the table's name (dataset.options.name,
+                   else the file's stem)
 constraint         constraint registry key (``none`` for unconstrained runs; a combination is its
                    families joined by ``+``, e.g. ``dp+fnr``)
 constraints        names of the J rate constraints
@@ -63,6 +64,9 @@ config_hash        hash of the computing part of the config (sweep resume)
 mlflow             {run_id, experiment, uri} when tracking is enabled (+ model_uri: dataset=table)
 privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
+estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
+                   from its training split in one accounted release: bounds, levels,
+                   missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the
                    self-contained model for ``raco predict`` (``model``); its MLflow logged
                    model is ``mlflow.model_uri``
@@ -80,8 +84,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,8 @@ STATUS: dict[str, Any] = {
     "margins": RELEASE,
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
+    # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
+    "estimates": RELEASE,
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
@@ -180,14 +184,12 @@ def _clean(value: Any) -> Any:
 
 
 def write(summary: dict[str, Any], path: Path) -> Path:
-    """Write summary.json atomically (a crash never leaves a half-written file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write summary.json atomically (a crash never leaves a half-written file), with the mode
+    of the run's other files (:mod:`raco_cli.tracking.files`)."""
+    from raco_cli.tracking.files import atomic_write
+
     text = json.dumps(_clean(summary), indent=2, sort_keys=False)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-        fh.write(text + "\n")
-    os.replace(fh.name, path)
-    return path
+    return atomic_write(Path(path), lambda fh: fh.write(text + "\n"))
 
 
 def validate(summary: dict[str, Any]) -> list[str]:

@@ -191,6 +191,36 @@ def test_a_table_with_its_predictor(monkeypatch, tmp_path):
     assert_same_records(first, second)
 
 
+PRIVATE_TABLE = [
+    "+dataset.options.types.id=drop", "+dataset.options.levels={approved:private,sex:private,city:private,smoker:private}",
+    "dataset.options.missing_indicator=private", "+dataset.bounds={age:private,income:{source:private,transform:log1p}}",
+    "dataset.estimate_noise_multiplier=2", "eps=4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("split", "direction"), [("train", "remove"), ("val", "add")])
+def test_a_table_with_private_estimates(monkeypatch, tmp_path, split, direction):
+    """dataset=table whose bounds, level lists (label and groups included) and missing-value
+    indicators are estimated privately from the training split: the estimates are one
+    release on the tape, and the neighbour's run writes the same records."""
+    from raco_cli.data.fixtures import people_frame
+
+    csv = tmp_path / "people.csv"
+    people_frame(600, seed=4).to_csv(csv, index=False)
+    dataset = ["dataset=table", f"dataset.options.path={csv}", "dataset.options.label=approved", "dataset.options.sensitive=[sex]",
+               *PRIVATE_TABLE]
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5"], dataset=dataset)
+    data = _load(cfg)
+    assert data.meta["pending"]  # loaded (and cached) without the estimates: they are drawn per run
+    tape, first, second = _replay(monkeypatch, tmp_path, cfg, data, split, direction)
+    assert tape.kinds()["estimates"] == 1 and [k for k, _ in tape.entries][:2] == ["estimates", "size"]
+    estimates = first["summary"]["estimates"]
+    assert estimates["levels"]["approved"] == ["no", "yes"] and estimates["bounds"]["income"][0] >= 0
+    assert "GaussianDpEvent(noise_multiplier=2.0)" in first["summary"]["event"] and "Private estimates" in first["log"]
+    assert "predictor.json" in first
+    assert_same_records(first, second)
+
+
 @pytest.mark.parametrize("secure", [True, False])
 def test_a_sweep_group_trained_together(monkeypatch, tmp_path, secure):
     """The batched engine: three runs of a group, prepared (each its own size count and
@@ -259,6 +289,6 @@ def test_no_record_of_a_default_run_holds_a_noise_seed(tmp_path):
         (tmp_path / "run.log").read_text(), json.dumps(run.data.tags), json.dumps(run.data.params),
     ])  # fmt: skip
     seeds = Seeds.from_seed(summary["seed"])
-    for name in ("sampling", "noise", "selection", "preprocessing", "size"):
+    for name in ("sampling", "noise", "selection", "preprocessing", "size", "estimates"):
         assert str(getattr(seeds, name)) not in written, f"the {name} seed is in the records"
     assert str(seeds.init) in written  # the init seed is written (initialisation may stay seeded)

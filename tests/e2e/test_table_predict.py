@@ -247,11 +247,86 @@ def test_the_readme_worked_example_runs_as_written(tmp_path):
     described = raco("data", "describe", "demo/people.csv", "--label", "approved", "--sensitive", "sex")
     assert "NOT private" in described.stderr
     (tmp_path / "demo/conf/dataset/people.yaml").write_text(described.stdout)
-    trained = raco("train", "--config-dir", "demo/conf", "dataset=people", "dataset.bounds.age=[18,100]", "dataset.bounds.income=[0,200000]",
-                   "constraint=dp", "eps=1", "method.batch_size=256", "hydra.run.dir=demo/run")
+    trained = raco("train", "--config-dir", "demo/conf", "dataset=people", "constraint=dp", "eps=1", "method.batch_size=256",
+                   "hydra.run.dir=demo/run")
     summary = json.loads((tmp_path / "demo/run/summary.json").read_text())
     assert f"test accuracy        {summary['metrics']['test']['accuracy']:.4f}" in trained.stdout and "mlflow model" in trained.stdout
     predicted = raco("predict", "demo/run", "--data", "demo/new_people.csv", "--out", "demo/predictions.csv", "--keep", "id")
     assert "income: 1 missing (imputed), 1 outside the bounds (clipped); city: 1 unknown level" in predicted.stdout
     out = pd.read_csv(tmp_path / "demo/predictions.csv")
     assert list(out.columns) == ["id", "predicted", "prob_no", "prob_yes", "group"] and len(out) == 5
+
+
+# --- issue 33, Why 5: names, file modes, unknown groups, column names, the per-group report ----
+
+
+def test_runs_and_summaries_carry_the_table_name(tmp_path, people_csv):
+    """Every table run was named raco_dp-table-dp-eps8-seed0 with "dataset": "table"."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path / "mlflow.db"
+    summary = train(people_csv, tmp_path / "run", tracking=str(db))
+    assert summary["dataset"] == "people"  # the file's stem
+    run = MlflowClient(f"sqlite:///{db}").get_run(summary["mlflow"]["run_id"])
+    assert run.info.run_name == "raco_dp-people-dp-eps8-seed0" and run.data.tags["dataset"] == "people"
+    named = train(people_csv, tmp_path / "named", "+dataset.options.name=loans")
+    assert named["dataset"] == "loans"
+
+
+def test_summary_and_predictions_get_the_mode_of_every_other_file(capsys, tmp_path, people_csv):
+    """summary.json and the prediction CSV were written 0600 (tempfile) while the rest was 0644."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        run_dir = tmp_path / "run"
+        train(people_csv, run_dir)
+        code, _, err = predict(capsys, run_dir, "--data", people_csv, "--out", tmp_path / "p.csv")
+        assert code == 0, err
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [*run_dir.iterdir(), tmp_path / "p.csv", tmp_path / "p.report.json"]
+                 if p.is_file()}
+    finally:
+        os.umask(old)
+    assert modes["summary.json"] == modes["config.yaml"] == modes["p.csv"] == modes["p.report.json"] == 0o644, modes
+
+
+def test_predict_warns_for_rows_outside_the_groups(capsys, tmp_path, trained):
+    new = people_frame(10, seed=6, label=False)
+    new.loc[[0, 1, 2], "sex"] = "X"
+    new.loc[3, "sex"] = None
+    new.to_csv(tmp_path / "new.csv", index=False)
+    code, _, err = predict(capsys, trained, "--data", tmp_path / "new.csv", "--out", tmp_path / "p.csv")
+    assert code == 0
+    assert err == ("warning: 3 rows hold a value of sex outside the model's groups (F, M) and 1 a missing one; their group "
+                   "column is empty.\n")
+    assert pd.read_csv(tmp_path / "p.csv", keep_default_na=False)["group"].tolist()[:5] == ["", "", "", "", new.loc[4, "sex"]]
+
+
+def test_probability_columns_have_no_spaces(capsys, tmp_path, people_csv):
+    """positive=yes names the classes 'not yes' / 'yes': the column was 'prob_not yes'."""
+    run_dir = tmp_path / "run"
+    train(people_csv, run_dir, "dataset.options.positive=yes")
+    code, _, err = predict(capsys, run_dir, "--data", people_csv, "--out", tmp_path / "p.csv")
+    assert code == 0, err
+    assert list(pd.read_csv(tmp_path / "p.csv").columns) == ["predicted", "prob_not_yes", "prob_yes", "group"]
+
+
+def test_a_labelled_file_gets_accuracy_rates_per_group_and_the_constraint(capsys, tmp_path, trained, people_csv):
+    code, out, err = predict(capsys, trained, "--data", people_csv, "--out", tmp_path / "p.csv", "--report", tmp_path / "r.json")
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    pred = pd.read_csv(tmp_path / "p.csv")
+    truth = pd.read_csv(people_csv)
+    assert report["accuracy"] == pytest.approx((pred["predicted"] == truth["approved"]).mean())
+    for g in ("F", "M"):
+        rows = (truth["sex"] == g).to_numpy()
+        entry = report["groups"][g]
+        assert entry["rows"] == rows.sum() and entry["predicted"]["yes"] == pytest.approx((pred["predicted"][rows] == "yes").mean())
+        assert entry["accuracy"] == pytest.approx((pred["predicted"][rows] == truth["approved"][rows]).mean())
+    gap = abs(report["groups"]["F"]["predicted"]["yes"] - report["groups"]["M"]["predicted"]["yes"])
+    assert report["constraint"]["families"]["dp"]["max_hard"] == pytest.approx(gap) == report["fairness"]["dp_gap"]
+    assert report["constraint"]["satisfied"] == (gap <= 0.05)
+    lines = out.splitlines()
+    assert any(ln.startswith("  group F  ") and "accuracy" in ln and "predicted yes" in ln for ln in lines)
+    assert any(ln.startswith("  constraint  dp (gamma 0.05): ") for ln in lines) and f"  report      {tmp_path / 'r.json'}" in lines

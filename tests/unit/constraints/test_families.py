@@ -161,3 +161,17 @@ def test_unknown_option_key():
     with pytest.raises(ConfigError) as info:
         part_spec("dp", {"gamma": 0.1, "positive_class": 1}, key="constraint")
     assert str(info.value) == "Unknown key constraint.positive_class for constraint=dp. Allowed: name, gamma."
+
+
+def test_an_index_does_not_pick_a_named_class_of_a_multiclass_label():
+    """Issue 33, Why 5: constraint=fpr|eop on a 3-class label silently constrained the class of
+    index 1 (the alphabetically second); with named classes it must be named."""
+    names = ("hi", "lo", "mid")
+    for family in ("fpr", "eop"):
+        with pytest.raises(ConfigError) as info:
+            build(family, n_classes=3, n_groups=2, gamma=0.1, class_names=names)
+        assert str(info.value) == ("constraint.positive_class=1 picks the class 'lo' of 3 (hi, lo, mid) by its index; name the "
+                                   "class you mean (constraint.positive_class=<name>, a list, or null for every class).")
+        assert build(family, n_classes=3, n_groups=2, gamma=0.1, options={"positive_class": "mid"}, class_names=names).J >= 1
+    assert build("fpr", n_classes=2, n_groups=2, gamma=0.1, class_names=("no", "yes")).J == 1  # binary: index 1 is the positive class
+    assert build("fpr", n_classes=3, n_groups=2, gamma=0.1).J == 1  # unnamed classes: the index is the name

@@ -315,3 +315,81 @@ def test_a_small_table_with_many_cells_still_splits():
     assert sorted(np.concatenate(list(splits.values()))) == list(range(63))
     big_y, big_g = rng.integers(0, 2, 4000), rng.integers(0, 2, 4000)
     assert np.array_equal(stratified_split(big_y, big_g, seed=3)["test"], stratified_split(big_y, big_g, seed=3)["test"])
+
+
+# --- no silent wrong answers (issue 33, Why 1 and 5) -------------------------------------------
+
+
+def _credit(tmp_path, labels=("good", "bad"), name="credit.csv", sep=","):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"amount": rng.integers(100, 5000, 80), "sex": ["F", "M"] * 40,
+                       "class": [labels[i % 2] for i in range(80)], "own": ["no", "yes", "yes", "no"] * 20})
+    path = tmp_path / name
+    df.to_csv(path, index=False, sep=sep)
+    return str(path)
+
+
+@pytest.mark.parametrize(("labels", "positive", "message"), [
+    (("good", "bad"), "Good", r"^dataset.options.positive=Good does not occur in the label column 'class' \(its values: bad, good\)"),
+    (("1", "2"), 3, r"^dataset.options.positive=3 does not occur in the label column 'class' \(its values: 1, 2\)"),
+    (("1", "2"), [2, 3], r"^dataset.options.positive=3 does not occur"),
+])  # fmt: skip
+def test_a_positive_value_the_label_never_holds_is_an_error(tmp_path, labels, positive, message):
+    """Why 1: positive=Good on a good/bad label (or 3 on a 1/2 label) trained to 'accuracy 1.0'."""
+    with pytest.raises(ConfigError, match=message) as e:
+        table.load(path=_credit(tmp_path, labels), label="class", positive=positive, sensitive="sex", preprocessing="empirical")
+    assert "\n" not in str(e.value)
+    ok = table.load(path=_credit(tmp_path, labels), label="class", positive=labels[1], sensitive="sex", preprocessing="empirical")
+    assert 0 < ok.y.mean() < 1
+
+
+def test_a_label_class_the_file_never_holds_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.class lists the class 'Bad', which the label column never holds "
+                                          r"\(its values: bad, good\)"):
+        table.load(path=_credit(tmp_path), label="class", sensitive="sex", levels={"class": ["Bad", "Good"], "sex": ["F", "M"]},
+                   bounds={"amount": [0, 1e4]}, types={"own": "drop"}, preprocessing="public")
+
+
+def test_yaml_booleans_in_a_level_list_name_the_cause(tmp_path):
+    """Why 5: unquoted [no, yes] became [False, True] and the error said '0 usable rows'."""
+    from omegaconf import OmegaConf
+
+    levels = OmegaConf.to_container(OmegaConf.create("{class: [bad, good], sex: [F, M], own: [no, yes]}"))
+    assert levels["own"] == [False, True]
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.own holds the booleans \[False, True\]: YAML reads unquoted no/yes"):
+        table.load(path=_credit(tmp_path), label="class", sensitive="sex", levels=levels, bounds={"amount": [0, 1e4]}, preprocessing="public")
+    with pytest.raises(ConfigError, match=r"^dataset.options.positive holds the booleans \[True\]"):
+        table.load(path=_credit(tmp_path, ("no", "yes")), label="class", positive=True, sensitive="sex", preprocessing="empirical")
+    ok = table.load(path=_credit(tmp_path), label="class", sensitive="sex", levels={**levels, "own": ["no", "yes"]},
+                    bounds={"amount": [0, 1e4]}, preprocessing="public")
+    assert "own=yes" in ok.feature_names
+
+
+def test_too_few_usable_rows_say_which_rule_dropped_them(tmp_path):
+    with pytest.raises(DataIntegrityError, match=r"0 of 80 rows are usable.*sensitive value not in its level list: 80"):
+        table.load(path=_credit(tmp_path), label="class", sensitive="sex", levels={"class": ["bad", "good"], "sex": ["f", "m"]},
+                   bounds={"amount": [0, 1e4]}, types={"own": "drop"}, preprocessing="public")
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_the_delimiter_is_read_from_the_header_or_set(tmp_path, sep):
+    """Why 5: a ';'-separated file gave "no such column id;age;sex;...\""""
+    path = _credit(tmp_path, sep=sep)
+    d = table.load(path=path, label="class", sensitive="sex", preprocessing="empirical")
+    assert d.feature_names[0] == "amount" and len(d.y) == 80
+    assert table.load(path=path, label="class", sensitive="sex", preprocessing="empirical", delimiter=sep).feature_names == d.feature_names
+    with pytest.raises(ConfigError, match=r"^dataset.options.label names the column 'class', which the file lacks. Columns: amount"):
+        table.load(path=path, label="class", sensitive="sex", preprocessing="empirical", delimiter=",")
+    with pytest.raises(ConfigError, match=r"^dataset.options.delimiter must be one character or null"):
+        table.load(path=path, label="class", sensitive="sex", preprocessing="empirical", delimiter=";;")
+
+
+def test_duplicate_headers_are_named(tmp_path, caplog):
+    """Why 4: a header naming decile_score twice was silently read as decile_score.1."""
+    path = tmp_path / "dup.csv"
+    path.write_text("x,decile_score,s,t,decile_score\n" + "".join(f"{i},{i % 10},{'FM'[i % 2]},{'ab'[i % 3 % 2]},{i % 10}\n" for i in range(40)))
+    with caplog.at_level("WARNING", logger="raco_cli"):
+        d = table.load(path=str(path), label="t", sensitive="s", preprocessing="empirical")
+    assert "decile_score.1" in d.feature_names
+    assert any("names the column 'decile_score' 2 times (positions 2, 5); read as 'decile_score', 'decile_score.1'" in r.getMessage()
+               for r in caplog.records)
