@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -220,10 +221,12 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     targets = cons.gamma - found.margin
     if (targets < 0).any():
         j = int(np.argmax(found.margin - cons.gamma))
+        estimate = " (a DP estimate)" if released else ""
+        looser = math.ceil(float(found.margin.max()) * 100 + 1e-9) / 100  # rounded up: a gamma that passes
         raise UnsupportedError(
             f"constraint.confidence={confidence:g} cannot be met for {cons.names[j]}: its rates need a margin of "
             f"{found.margin[j]:.3f} > gamma={cons.gamma[j]:g} with about {int(found.subset_rows.min())} training rows in the "
-            f"smallest subset (a DP estimate). Use a looser constraint.gamma (>= {found.margin.max():.2f}), a lower "
+            f"smallest subset{estimate}. Use a looser constraint.gamma (>= {looser:.2f}), a lower "
             "constraint.confidence (e.g. 0.5), more data, or a larger eps; constraint.confidence=null trains against gamma itself.")
     log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",
              confidence, ", ".join(f"{m:.4f}" for m in found.margin))
