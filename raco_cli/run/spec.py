@@ -231,6 +231,11 @@ def _constraint_parts(con: Mapping[str, Any]) -> ConstraintSpec:
     parts, keys = [], []
     for fam in names:
         raw = dict(fams.get(fam) or {})
+        # the family's own file brings its confidence: auto; confidence is the run's (constraint.confidence)
+        if raw.pop("confidence", "auto") != "auto":
+            raise ConfigError(f"constraint.families.{fam}.confidence cannot be set per part (got "
+                              f"constraint.families.{fam}.confidence={fams[fam]['confidence']!r}); the confidence covers every "
+                              "constraint of the run at once: set constraint.confidence.")
         if raw.get("name", fam) != fam:
             raise ConfigError(f"constraint.families.{fam}.name must be {fam} (got {raw['name']!r}).")
         key = f"constraint.families.{fam}"
