@@ -221,13 +221,21 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     targets = cons.gamma - found.margin
     if (targets < 0).any():
         j = int(np.argmax(found.margin - cons.gamma))
-        estimate = " (a DP estimate)" if released else ""
+        smallest = int(round(float((cons.membership @ cell_rows).min())))
+        if released:  # the released counts, and what the margin assumed of them
+            sigma = spec.size_noise_multiplier
+            rows_said = (f"about {smallest} training rows in the smallest subset (a DP estimate; the margin takes each cell "
+                         f"{2 * sigma:g} rows lower, 2 noise sds of privacy.size_noise_multiplier={sigma:g}, and at least 1)")
+        else:
+            rows_said = f"{smallest} training rows in the smallest subset"
         looser = math.ceil(float(found.margin.max()) * 100 + 1e-9) / 100  # rounded up: a gamma that passes
+        # a rate gap is at most 1: past that, no gamma of a rate constraint helps
+        gamma_hint = f"a looser constraint.gamma (>= {looser:.2f}), " if looser <= 1.0 else ""
         raise UnsupportedError(
             f"constraint.confidence={confidence:g} cannot be met for {cons.names[j]}: its rates need a margin of "
-            f"{found.margin[j]:.3f} > gamma={cons.gamma[j]:g} with about {int(found.subset_rows.min())} training rows in the "
-            f"smallest subset{estimate}. Use a looser constraint.gamma (>= {looser:.2f}), a lower "
-            "constraint.confidence (e.g. 0.5), more data, or a larger eps; constraint.confidence=null trains against gamma itself.")
+            f"{found.margin[j]:.3f} > gamma={cons.gamma[j]:g} with {rows_said}. Use {gamma_hint}a lower "
+            f"constraint.confidence (e.g. 0.5){', more data, or a larger eps' if released else ' or more data'}; "
+            "constraint.confidence=null trains against gamma itself.")
     log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",
              confidence, ", ".join(f"{m:.4f}" for m in found.margin))
     return replace(cons, gamma=targets), found
