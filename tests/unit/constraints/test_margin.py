@@ -235,6 +235,8 @@ def test_scope_model_margins_read_the_released_cell_counts_two_sds_lower():
     replayed, _ = _prepare(tape=tape)
     sigma = replayed.spec.size_noise_multiplier
     assert sigma == 50.0
+    # the planned tree charges the cell counts once, as the Gaussian of sensitivity 1 at sigma
+    assert str(replayed.plan.event).count(str(size_event(sigma))) == 1
     lowered = np.maximum(planted - 2 * sigma, 1.0)
     assert replayed.margins.subset_rows == pytest.approx(replayed.requested.membership @ lowered)
     assert replayed.spec.method.train_size is None and replayed.plan.spec.train_size == round(planted.sum())
