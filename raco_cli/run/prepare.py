@@ -221,7 +221,7 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     targets = cons.gamma - found.margin
     if (targets < 0).any():
         j = int(np.argmax(found.margin - cons.gamma))
-        smallest = int(round(float((cons.membership @ cell_rows).min())))
+        smallest = max(int(round(float((cons.membership @ cell_rows).min()))), 0)  # a noisy count can fall below 0
         if released:  # the released counts, and what the margin assumed of them
             sigma = spec.size_noise_multiplier
             rows_said = (f"about {smallest} training rows in the smallest subset (a DP estimate; the margin takes each cell "
