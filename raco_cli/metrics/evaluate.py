@@ -357,3 +357,36 @@ def evaluate_regression(pred: np.ndarray, target: np.ndarray, group: np.ndarray,
         "mspe_gap": float(_spreads(per_group[None, :])[0]),
         "satisfied": True,
     }
+
+
+def against_gamma(metrics: dict[str, Any], gamma: np.ndarray, families: dict[str, list[int]]) -> dict[str, Any]:
+    """One split's constraint metrics re-expressed against other right-hand sides ``gamma``
+    (J,): a run trained against ``gamma - margin`` (``constraint.confidence``) reports whether
+    it meets the ``gamma`` the user asked for.  ``families``: family -> its constraints' indices.
+
+    >>> m = {"constraint_values_hard": [0.04], "constraint_values_soft": [0.03], "violation_hard": 0.01,
+    ...      "violation_soft": 0.0, "satisfied": False, "constraints": {"dp": {"gamma": [0.03]}}}
+    >>> out = against_gamma(m, np.array([0.05]), {"dp": [0]})
+    >>> out["satisfied"], round(out["violation_hard"], 6), out["constraints"]["dp"]["satisfied"]
+    (True, -0.01, True)
+    """
+    if "constraint_values_hard" not in metrics:
+        return metrics
+    out = dict(metrics)
+    for kind in ("hard", "soft"):
+        values = np.asarray(metrics[f"constraint_values_{kind}"], dtype=float)
+        out[f"violation_{kind}"] = _max(values - gamma) if len(values) else 0.0
+    out["satisfied"] = bool(out["violation_hard"] <= 0.0)
+    fams = {}
+    for family, entry in (metrics.get("constraints") or {}).items():
+        idx = families[family]
+        e = dict(entry)
+        e["gamma"] = [float(g) for g in gamma[idx]]
+        for kind in ("hard", "soft"):
+            values = np.asarray(metrics[f"constraint_values_{kind}"], dtype=float)[idx]
+            e[f"max_violation_{kind}"] = _max(values - gamma[idx])
+        e["satisfied"] = bool(e["max_violation_hard"] <= 0.0)
+        fams[family] = e
+    if fams:
+        out["constraints"] = fams
+    return out

@@ -8,6 +8,9 @@ would let a reader who knows everything but one record tell D from D' with certa
 
     n~ = round(n + N(0, sigma^2)),   clamped to >= 1,
 
+(for a constrained run the counts of the constraint's partition cells are released instead, one
+Gaussian per cell, and n~ is their sum: :func:`dp_cell_counts`; still one record in one cell)
+
 the Gaussian mechanism with L2 sensitivity 1 (``GaussianDpEvent(sigma)`` in the run's DpEvent
 tree, ``sigma = privacy.size_noise_multiplier``, 50 rows by default), and every later use of
 the size reads n~ instead (post-processing): the Poisson rate q = B / n~ (each row is still
@@ -22,6 +25,7 @@ while an error of +-50 rows moves q by 0.2 % on Adult and 5 % on a 1 000-row tab
 from __future__ import annotations
 
 import dp_accounting as dpa
+import numpy as np
 import torch
 
 from raco_cli.privacy import releases
@@ -46,3 +50,21 @@ def noisy_count(n: int, noise_multiplier: float, source: NoiseSource) -> int:
 def dp_size(n: int, *, noise_multiplier: float, source: NoiseSource) -> int:
     """The released training size (module docstring), through the replay tape."""
     return int(releases.release("size", lambda: noisy_count(n, noise_multiplier, source)))
+
+
+def dp_cell_counts(counts: np.ndarray, *, noise_multiplier: float, source: NoiseSource) -> tuple[int, np.ndarray]:
+    """The training rows of each cell of a partition (the constraint's global cells), released
+    at once: ``counts + N(0, sigma^2 I)``.  A record is in exactly one cell, so the L2
+    sensitivity is 1 and the release is the same ``GaussianDpEvent(sigma)`` as the size count;
+    the size is their sum (``round``, clamped to >= 1), the cells feed the generalisation
+    margins of ``constraint.confidence`` (:mod:`raco_cli.constraints.margin`).
+
+    Returns:
+        (n~, the noisy cell counts).
+    """
+    def release() -> np.ndarray:
+        noise = gaussian_noise((len(counts),), noise_multiplier, source, dtype=torch.float64).cpu().numpy()
+        return np.asarray(counts, dtype=np.float64) + noise
+
+    noisy = np.asarray(releases.release("size", release), dtype=np.float64)
+    return max(1, int(round(float(noisy.sum())))), noisy

@@ -57,6 +57,8 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
     rec = result.selected_record
     satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
+    requested = prep.requested if prep.requested is not None else cons
+    metrics, last_metrics = (requested_metrics(m, requested) for m in (rec.metrics, result.history[-1].metrics))
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
@@ -64,7 +66,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "constraint": spec.constraint.name,
         "constraints": list(cons.names),
         "gamma": spec.constraint.gamma,
-        "constraint_gammas": [float(g) for g in cons.gamma],
+        "constraint_gammas": [float(g) for g in requested.gamma],
         "constraint_families": {p.family: {"gamma": p.gamma, **dict(p.options)} for p in spec.constraint.parts},
         "partition_cells": cons.Q,
         "eps_target": spec.eps if private else None,
@@ -94,8 +96,10 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "selection": pplan.spec.selection,
         "selected_step": rec.step,
         "satisfied": None if satisfied is None else bool(satisfied),
-        "metrics": rec.metrics,
-        "last_metrics": result.history[-1].metrics,
+        "metrics": metrics,
+        "last_metrics": last_metrics,
+        "confidence": spec.constraint.confidence if prep.margins is not None else None,
+        "margins": None if prep.margins is None else {n: float(m) for n, m in zip(cons.names, prep.margins.margin)},
         "lambda": result.lam,
         "hyperparameters": spec_dict(pplan.spec),
         "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
@@ -121,7 +125,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         artifacts = [summary_path]
         if curves:
             artifacts.append(plot_training_curves(
-                result.history, gamma=common_gamma(cons.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
+                result.history, gamma=common_gamma(requested.gamma, spec.constraint.gamma), path=run_dir / "curves.png",
                 title=f"{spec.method.name} {spec.dataset.display} {spec.constraint.name} eps={spec.eps:g}",
             ))
         artifacts.append(summary_mod.write_config(resolved, run_dir / "config.yaml"))
@@ -133,6 +137,16 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     if recorder is not None:
         log_final(recorder, summary, artifacts, extra={"stats/nonfinite_rows": float(nonfinite)} if full else {})
     return summary
+
+
+def requested_metrics(metrics: dict[str, Any], requested: Any) -> dict[str, Any]:
+    """An evaluation's constraint metrics against the gammas the user asked for (a run with
+    ``constraint.confidence`` trains against gamma - margin); the ``release`` split (the noisy
+    training signal) stays against the training targets."""
+    from raco_cli.metrics.evaluate import against_gamma
+
+    families = {f: requested.family_indices(f) for f in requested.families}
+    return {split: m if split == "release" else against_gamma(m, requested.gamma, families) for split, m in metrics.items()}
 
 
 def tuned_on(spec: Any) -> dict[str, Any] | None:

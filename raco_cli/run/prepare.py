@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from raco_cli.run.spec import RunSpec, build_run_spec, plain_config
 
@@ -81,6 +84,8 @@ class PreparedRun:
     seeds: Any
     preprocessing: str = "empirical"  # how the run's features are scaled (summary.json)
     scaling: Any = None  # shared_features with dp preprocessing: the run's (mean, std), X left public
+    requested: Any = None  # the constraints as asked for (``constraints`` then holds the training targets)
+    margins: Any = None  # constraint.confidence: raco_cli.constraints.margin.Margins (None: no margin)
 
     @property
     def full_records(self) -> bool:
@@ -108,7 +113,7 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     from raco_cli.methods.training import resolve_device
     from raco_cli.privacy.mechanisms import noise_source
     from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
-    from raco_cli.privacy.size import dp_size
+    from raco_cli.privacy.size import dp_cell_counts, dp_size
 
     spec = build_run_spec(cfg)
     resolved = plain_config(cfg)
@@ -119,14 +124,33 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     method_spec = spec.method
     if data.meta.get("pending"):  # dataset=table's private values: one accounted release, from the training split
         data, method_spec = estimate_private_values(spec, data, method_spec, seeds)
-    n_rows = len(data.splits["train"])
+    check_task(spec, method, data)
+    cons = constraints_mod.build_parts(
+        spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
+        class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
+    )
+    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
+    constrained = not cons.is_empty
+    validate = getattr(method, "validate", None)
+    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
+        validate(spec.method, cons, data)
+    train_idx = np.asarray(data.splits["train"])
+    n_rows = len(train_idx)
     size: float | None = None  # the training size the run may use (None: the exact n, scope=paper)
+    cell_rows: np.ndarray | None = None  # training rows per partition cell (released under scope=model)
     if spec.scope == "model" and method.PRIVATE:
-        # n itself is data under add/remove adjacency: one accounted Gaussian count, first
-        # (raco_cli/privacy/size.py); everything below reads n~, never n
-        size = dp_size(n_rows, noise_multiplier=spec.size_noise_multiplier,
-                       source=noise_source(seeds.size, "cpu", secure=spec.secure_rng))
+        # n itself is data under add/remove adjacency: one accounted Gaussian release, first
+        # (raco_cli/privacy/size.py); everything below reads n~, never n.  A constrained run
+        # releases the counts of its partition's cells (the margins of constraint.confidence).
+        source = noise_source(seeds.size, "cpu", secure=spec.secure_rng)
+        if constrained:
+            exact = np.bincount(cons.cells(data.y[train_idx], data.group[train_idx]), minlength=cons.Q)
+            size, cell_rows = dp_cell_counts(exact, noise_multiplier=spec.size_noise_multiplier, source=source)
+        else:
+            size = dp_size(n_rows, noise_multiplier=spec.size_noise_multiplier, source=source)
         method_spec = replace(method_spec, size_noise=spec.size_noise_multiplier, train_size=size)
+    elif constrained:
+        cell_rows = np.bincount(cons.cells(data.y[train_idx], data.group[train_idx]), minlength=cons.Q).astype(float)
     scaling = None
     if spec.dataset.preprocessing == "dp" and numeric_features(data):
         # one accounted Gaussian release (raco_cli/privacy/preprocessing.py), in the plan below
@@ -144,16 +168,6 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
 
         for line in report_lines(data, exact=spec.scope == "paper" or not method.PRIVATE):
             log.info(line)
-    check_task(spec, method, data)
-    cons = constraints_mod.build_parts(
-        spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
-        class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
-    )
-    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
-    constrained = not cons.is_empty
-    validate = getattr(method, "validate", None)
-    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
-        validate(spec.method, cons, data)
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
     n_train = method_spec.size_of(n_rows)
     if spec.auto_batch:  # method.batch_size=auto: from the training size the run may use (n~ under scope=model)
@@ -170,10 +184,14 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
         log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; use "
                     "method.batch_size=%d (about n/16) or a larger eps", pplan.steps, spec.eps, method_spec.batch_size,
                     int(n_train), suggested_batch_size(n_train))
+    requested, found = cons, None
+    if spec.constraint.confidence is not None and constrained and cell_rows is not None:
+        cons, found = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
     return PreparedRun(
         spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
         model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
         preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
+        requested=requested, margins=found,
     )
 
 
@@ -191,6 +209,57 @@ def suggested_batch_size(n_train: float) -> int:
     import math
 
     return int(min(1024, max(16, 2 ** round(math.log2(max(n_train, 1) / 16)))))
+def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: np.ndarray, *, released: bool) -> tuple[Any, Any]:
+    """``constraint.confidence``: the constraints with targets ``gamma - margin``
+    (:mod:`raco_cli.constraints.margin`) and the margins; unchanged for a method whose
+    checkpoint choice reads no feasibility (DP-FERMI, DPSE: their runs report the test
+    constraint only).
+
+    Raises:
+        UnsupportedError: a target would be below zero: the data cannot support the
+            constraint at this confidence (one line with what would help).
+    """
+    from raco_cli.constraints.margin import Signal, margins
+    from raco_cli.errors import UnsupportedError
+
+    confidence = spec.constraint.confidence
+    assert confidence is not None
+    flags = getattr(method, "FLAGS", None)
+    if flags is None or not flags.constrained:
+        log.info("constraint.confidence=%g: method=%s picks its checkpoint without a feasibility signal; the test "
+                 "constraint is reported, not certified", confidence, spec.method.name)
+        return cons, None
+    rows = cell_rows
+    signal = None
+    if released:  # DP counts: two noise sds lower (a smaller n gives a larger margin), and the noisy signal
+        rows = np.maximum(cell_rows - 2.0 * spec.size_noise_multiplier, 1.0)
+        # the feasibility signal's window: the steps around a checkpoint (best_feasible), or the
+        # averaged second half of training (selection=average)
+        window = pplan.steps // 2 if pplan.spec.selection == "average" else 2 * pplan.spec.eval_every
+        signal = Signal(sample_rate=pplan.sample_rate, window=window,
+                        laplace_scale=float(pplan.spec.hist_noise_multiplier or 0.0) if flags.hist_noise else 0.0)
+    found = margins(cons, rows, confidence=confidence, signal=signal)
+    targets = cons.gamma - found.margin
+    if (targets < 0).any():
+        j = int(np.argmax(found.margin - cons.gamma))
+        smallest = max(int(round(float((cons.membership @ cell_rows).min()))), 0)  # a noisy count can fall below 0
+        if released:  # the released counts, and what the margin assumed of them
+            sigma = spec.size_noise_multiplier
+            rows_said = (f"about {smallest} training rows in the smallest subset (a DP estimate; the margin takes each cell "
+                         f"{2 * sigma:g} rows lower, 2 noise sds of privacy.size_noise_multiplier={sigma:g}, and at least 1)")
+        else:
+            rows_said = f"{smallest} training rows in the smallest subset"
+        looser = math.ceil(float(found.margin.max()) * 100 + 1e-9) / 100  # rounded up: a gamma that passes
+        # a rate gap is at most 1: past that, no gamma of a rate constraint helps
+        gamma_hint = f"a looser constraint.gamma (>= {looser:.2f}), " if looser <= 1.0 else ""
+        raise UnsupportedError(
+            f"constraint.confidence={confidence:g} cannot be met for {cons.names[j]}: its rates need a margin of "
+            f"{found.margin[j]:.3f} > gamma={cons.gamma[j]:g} with {rows_said}. Use {gamma_hint}a lower "
+            f"constraint.confidence (e.g. 0.5){', more data, or a larger eps' if released else ' or more data'}; "
+            "constraint.confidence=null trains against gamma itself.")
+    log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",
+             confidence, ", ".join(f"{m:.4f}" for m in found.margin))
+    return replace(cons, gamma=targets), found
 
 
 def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: Any) -> tuple[Any, Any]:

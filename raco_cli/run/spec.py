@@ -63,12 +63,15 @@ class ConstraintSpec:
         gamma: ``constraint.gamma`` (for a combination: the default of parts without their own).
         parts: one :class:`PartSpec` per family (empty for ``none``).
         keys: config path of each part, for messages.
+        confidence: ``constraint.confidence`` resolved (``auto``: 0.9 under
+            ``privacy.scope=model``, None under ``paper``); see :mod:`raco_cli.constraints.margin`.
     """
 
     name: str
     gamma: float
     parts: tuple[Any, ...] = ()
     keys: tuple[str, ...] = ()
+    confidence: float | None = None  # constraint.confidence (resolved): hold on new data w.p. >= this; None: train against gamma
 
 
 @dataclass(frozen=True)
@@ -177,9 +180,36 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
     return MethodSpec(**kwargs)
 
 
-def _constraint_spec(con: Mapping[str, Any]) -> ConstraintSpec:
+def _constraint_spec(con: Mapping[str, Any], *, scope: str) -> ConstraintSpec:
     """``constraint`` config -> :class:`ConstraintSpec` (structure checked, names resolved later
     against the data by :func:`raco_cli.constraints.build_parts`)."""
+    confidence = _confidence(con.get("confidence", "auto"), scope)
+    con = {k: v for k, v in con.items() if k != "confidence"}
+    return replace(_constraint_parts(con), confidence=confidence)
+
+
+DEFAULT_CONFIDENCE = 0.9
+
+
+def _confidence(value: Any, scope: str) -> float | None:
+    """``constraint.confidence``: auto (0.9 under scope=model, none under paper), null, or a
+    probability in (0, 1).
+
+    >>> _confidence("auto", "model"), _confidence("auto", "paper"), _confidence(0.95, "paper"), _confidence(None, "model")
+    (0.9, None, 0.95, None)
+    """
+    if value == "auto":
+        return DEFAULT_CONFIDENCE if scope == "model" else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
+        raise ConfigError(TYPE.format(key="constraint.confidence", expected="auto, null or a probability in (0, 1)", value=value,
+                                      meaning="the model meets every rate constraint on new data with at least this probability "
+                                              "(auto: 0.9 under privacy.scope=model)."))
+    return float(value)
+
+
+def _constraint_parts(con: Mapping[str, Any]) -> ConstraintSpec:
     from raco_cli import constraints
     from raco_cli.errors import GAMMA_RANGE
 
@@ -204,6 +234,11 @@ def _constraint_spec(con: Mapping[str, Any]) -> ConstraintSpec:
     parts, keys = [], []
     for fam in names:
         raw = dict(fams.get(fam) or {})
+        # the family's own file brings its confidence: auto; confidence is the run's (constraint.confidence)
+        if raw.pop("confidence", "auto") != "auto":
+            raise ConfigError(f"constraint.families.{fam}.confidence cannot be set per part (got "
+                              f"constraint.families.{fam}.confidence={fams[fam]['confidence']!r}); the confidence covers every "
+                              "constraint of the run at once: set constraint.confidence.")
         if raw.get("name", fam) != fam:
             raise ConfigError(f"constraint.families.{fam}.name must be {fam} (got {raw['name']!r}).")
         key = f"constraint.families.{fam}"
@@ -388,7 +423,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         title=_title(ds_name, ds.get("options") or {}),
     )
 
-    constraint = _constraint_spec(c.get("constraint") or {})
+    constraint = _constraint_spec(c.get("constraint") or {}, scope=scope)
 
     method_cfg = dict(c.get("method") or {})
     if method_cfg.get("selection") == "auto":

@@ -33,6 +33,9 @@ sampling           independent | shared
 seed, seeds        run seed and the derived init / sampling / noise / selection /
                    preprocessing / size seeds (all but init: null with secure_rng, the
                    default under scope=model)
+confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied, else null
+margins            (added in v1, optional) constraint name -> its generalisation margin m_j: the run
+                   trained and selected against gamma_j - m_j (raco_cli/constraints/margin.py)
 tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
@@ -103,9 +106,11 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on"),
+         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on", "confidence"),
         PUBLIC,
     ),
+    # constraint.confidence: computed from the released cell counts (scope=model)
+    "margins": RELEASE,
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)

@@ -94,6 +94,12 @@ def test_shorthand_expansion():
          "it weighs the rate of this term."),
         (["constraint=combo", "constraint.parts=dp+custom", "constraint.families.custom.constraints=[{terms:[{group:0}]}]"],
          "constraint.families.custom.constraints[0].terms[0].predicted is missing; name the predicted class k whose rate P_k the term takes."),
+        (["constraint=dp+fnr", "constraint.families.fnr.confidence=0.95"],
+         "constraint.families.fnr.confidence cannot be set per part (got constraint.families.fnr.confidence=0.95); the confidence "
+         "covers every constraint of the run at once: set constraint.confidence."),
+        (["constraint=dp", "constraint.confidence=1"],
+         "constraint.confidence must be auto, null or a probability in (0, 1) (got constraint.confidence=1); the model meets every "
+         "rate constraint on new data with at least this probability (auto: 0.9 under privacy.scope=model)."),
     ],
 )
 def test_constraint_config_errors(spec_of, overrides, message):
@@ -118,3 +124,11 @@ def test_prevalidate_sweep_over_combinations():
     prevalidate(expand_shorthands(["--multirun", "constraint=dp,dp+fnr,eo+fnr", "dataset=synthetic"]))
     with pytest.raises(ConfigError, match=r"^Unknown constraint 'fnx'"):
         prevalidate(expand_shorthands(["--multirun", "constraint=dp,dp+fnx"]))
+
+
+def test_confidence_is_the_runs_in_a_combination(spec_of):
+    """The parts' family files bring ``confidence: auto``; the run's constraint.confidence covers them all."""
+    assert spec_of("constraint=dp+fnr").constraint.confidence == 0.9
+    assert spec_of("constraint=dp+fnr", "constraint.confidence=0.8").constraint.confidence == 0.8
+    assert spec_of("constraint=dp+fnr", "privacy.scope=paper").constraint.confidence is None
+    assert spec_of("constraint=dp", "constraint.confidence=null").constraint.confidence is None

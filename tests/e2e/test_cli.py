@@ -51,8 +51,9 @@ def test_library_modules_do_not_import_hydra_or_mlflow():
 def test_train_synthetic_writes_summary_and_mlflow(tmp_path):
     db = tmp_path / "store" / "mlflow.db"
     run_dir = tmp_path / "run"
-    res = raco("train", "dataset=synthetic", "constraint=dp", "eps=2", "method.batch_size=200", "method.max_steps=60",
-               f"tracking.uri=sqlite:///{db}", "tracking.experiment=e2e", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    # gamma 0.25: the default constraint.confidence's margins of 60 steps on the synthetic table (about 0.15) fit under it
+    res = raco("train", "dataset=synthetic", "constraint=dp", "constraint.gamma=0.25", "eps=2", "method.batch_size=200",
+               "method.max_steps=60", f"tracking.uri=sqlite:///{db}", "tracking.experiment=e2e", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "test accuracy" in res.stdout and "eps spent" in res.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -125,6 +126,7 @@ def test_unreachable_budget_exits_2_before_mlflow(tmp_path):
 def test_multirun_basic_launcher_groups_runs_under_a_parent(tmp_path):
     db = tmp_path / "mlflow.db"
     res = raco("train", "--multirun", "dataset=synthetic", "seed=0,1", "method.max_steps=20", "method.batch_size=200",
+               "constraint.confidence=null",  # 20 steps cannot support the default margin at gamma 0.05
                f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     _, runs = mlflow_runs(db)
@@ -138,6 +140,7 @@ def test_multirun_basic_launcher_groups_runs_under_a_parent(tmp_path):
 def test_multirun_joblib_launcher(tmp_path):
     db = tmp_path / "mlflow.db"
     res = raco("train", "--multirun", "dataset=synthetic", "seed=0,1", "method.max_steps=20", "method.batch_size=200",
+               "constraint.confidence=null",  # 20 steps cannot support the default margin at gamma 0.05
                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"tracking.uri=sqlite:///{db}",
                f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -149,7 +152,8 @@ def test_multirun_joblib_launcher(tmp_path):
 @pytest.mark.data("adult")
 def test_train_adult_small_slice(tmp_path):
     run_dir = tmp_path / "run"
-    res = raco("train", "dataset=adult", "constraint=dp", "eps=1", "dataset.subset=3000", "tracking=none",
+    # gamma 0.15: 3 000 rows give margins of about 0.08 at the default constraint.confidence
+    res = raco("train", "dataset=adult", "constraint=dp", "constraint.gamma=0.15", "eps=1", "dataset.subset=3000", "tracking=none",
                f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads((run_dir / "summary.json").read_text())

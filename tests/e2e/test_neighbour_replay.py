@@ -31,11 +31,15 @@ from raco_cli.privacy import releases
 
 HYDRA_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log format
 SMALL = ["method.batch_size=150", "method.max_steps=30", "method.eval_every=5"]
+# RaCO-DP under the default constraint.confidence (0.9): a gamma the margins of 30 steps on the
+# synthetic table fit under (about 0.15), so its runs release the partition's cell counts and
+# train against gamma - margin, and the replay covers the margins too
+MARGIN = [*SMALL, "constraint.gamma=0.25"]
 DRO = ["objective=dro", "method.steps=10", "method.batch_size=150", "method.eval_every=5"]
 CASES = {
-    "raco_dp": ["method=raco_dp", *SMALL],
-    "raco_dp_shared": ["method=raco_dp", "method.sampling=shared", *SMALL],
-    "raco_dp_seeded": ["method=raco_dp", "privacy.secure_rng=false", *SMALL],
+    "raco_dp": ["method=raco_dp", *MARGIN],
+    "raco_dp_shared": ["method=raco_dp", "method.sampling=shared", *MARGIN],
+    "raco_dp_seeded": ["method=raco_dp", "privacy.secure_rng=false", *MARGIN],
     "dp_sgd": ["method=dp_sgd", "constraint=none", *SMALL],
     "dp_fermi": ["method=dp_fermi", *SMALL],
     "dpse": ["method=dpse", "constraint=none", "method.steps=20", "method.eval_every=5"],
@@ -158,6 +162,10 @@ def test_neighbouring_datasets_give_the_same_records(monkeypatch, tmp_path, case
     kinds = tape.kinds()
     assert kinds["size"] == 1, kinds  # the training size: a DP count, released once
     assert first["summary"]["privacy_scope"] == "model" and first["summary"]["train_size"] is not None
+    if case.startswith("raco_dp"):  # the size release is the partition's cell counts, and the margins read them
+        size = dict(tape.entries)["size"]
+        assert np.ndim(size) == 1 and len(size) == first["summary"]["partition_cells"] == 2
+        assert first["summary"]["confidence"] == 0.9 and all(m > 0 for m in first["summary"]["margins"].values())
     assert_same_records(first, second)
 
 
@@ -185,7 +193,9 @@ def test_a_table_with_its_predictor(monkeypatch, tmp_path):
         "+dataset.options.types.id=drop", "+dataset.options.levels={approved:[no,yes],sex:[F,M],city:[Paris,Lyon,Nice],smoker:[no,yes]}",
         "dataset.options.missing_indicator=[income]", "+dataset.bounds={age:[18,100],income:[0,200000]}", "eps=4",
     ]  # fmt: skip
-    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5"], dataset=dataset)
+    # constraint.confidence=null: 380 training rows cannot support the default margin at gamma=0.05
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null"],
+                  dataset=dataset)
     _, first, second = _replay(monkeypatch, tmp_path, cfg, _load(cfg), "train", "add")
     assert "predictor.json" in first
     assert_same_records(first, second)
@@ -209,7 +219,9 @@ def test_a_table_with_private_estimates(monkeypatch, tmp_path, split, direction)
     people_frame(600, seed=4).to_csv(csv, index=False)
     dataset = ["dataset=table", f"dataset.options.path={csv}", "dataset.options.label=approved", "dataset.options.sensitive=[sex]",
                *PRIVATE_TABLE]
-    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5"], dataset=dataset)
+    # constraint.confidence=null: 380 training rows cannot support the default margin at gamma=0.05
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null"],
+                  dataset=dataset)
     data = _load(cfg)
     assert data.meta["pending"]  # loaded (and cached) without the estimates: they are drawn per run
     tape, first, second = _replay(monkeypatch, tmp_path, cfg, data, split, direction)
