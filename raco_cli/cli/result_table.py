@@ -71,7 +71,7 @@ def warning_lines(summary: Mapping[str, Any]) -> list[str]:
     if isinstance(gamma, (int, float)) and gamma > 0 and summary.get("constraint") != "none":
         small = {g: n for g, n in sizes.items() if isinstance(n, int) and n > 0 and 0.98 / n ** 0.5 > gamma}
         if small:
-            worst = min(small, key=small.get)
+            worst = min(small, key=lambda g: small[g])
             listed = ", ".join(f"{g} ({n} rows)" for g, n in sorted(small.items(), key=lambda kv: kv[1]))
             out.append(f"  warning              test groups too small to measure a rate to within gamma={gamma:g}: {listed} (group "
                        f"{worst}: +-{0.98 / small[worst] ** 0.5:.2f} at 95 %); the test gap cannot show the constraint holds: "
