@@ -317,7 +317,7 @@ def load(
     types: Mapping[str, str] = _EMPTY,
     levels: Mapping[str, object] = _EMPTY,
     missing: str = "impute",
-    missing_indicator: object = (),
+    missing_indicator: object = None,
     unknown: str = "other",
     na_values: Sequence[str] = (),
     class_names: Sequence[str] | None = None,
