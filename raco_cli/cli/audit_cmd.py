@@ -45,7 +45,7 @@ audit keys:
   audit.mechanism=correct histogram: correct | broken_no_noise | broken_shared_class_noise
                           gradient:  correct | broken_noise_sigma | broken_clip_after_sum
                           (deliberately broken releases: the audit's own test cases)
-  audit.out=<dir>         where audit.json goes (default outputs/audits/<date>/<time>)
+  audit.out=<dir>         where audit.json goes (default: hydra.run.dir if given, else outputs/audits/<date>/<time>)
 
 examples:
   raco audit dataset=adult eps=1
@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
     if any(a in ("--multirun", "-m") or a.startswith("--") for a in argv):
         raise ConfigError("raco audit takes key=value overrides only (no flags, no --multirun); see raco audit --help.")
     audit_kw, rest = parse_audit_args(argv)
-    out_dir = Path(str(audit_kw.pop("out", None) or Path("outputs") / "audits" / time.strftime("%Y-%m-%d/%H-%M-%S")))
+    run_dir = next((a.split("=", 1)[1] for a in rest if a.startswith("hydra.run.dir=")), None)  # as raco train reads it
+    out_dir = Path(str(audit_kw.pop("out", None) or run_dir or Path("outputs") / "audits" / time.strftime("%Y-%m-%d/%H-%M-%S")))
     from raco_cli.audit.one_run import run_audit
     from raco_cli.audit.result import AuditSpec
 
@@ -144,7 +145,9 @@ def main(argv: list[str]) -> int:
     from raco_cli.run.train import check_writable
 
     register_resolvers()
-    cfg = compose_config(rest)
+    # the audit measures the mechanism's privacy: the run trains against gamma itself unless
+    # constraint.confidence is given (a margin on small audit sets would refuse the run)
+    cfg = compose_config(["++constraint.confidence=null", *rest])
     prep = prepare_run(cfg)
     check_writable(out_dir)
     result = run_audit(prep, audit)

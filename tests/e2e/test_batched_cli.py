@@ -44,7 +44,7 @@ def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
         sweep = tmp_path / f"sweep_{group}"
         # seeded randomness: under the secret default (scope=model) no two runs share a draw,
         # so only the seeded engine can be compared run for run (the secret one: test_neighbour_replay)
-        res = raco("train", "--multirun", *FAST, "seed=0,1", "constraint.gamma=0.02,0.2", f"privacy.scope={scope}", "privacy.secure_rng=false",
+        res = raco("train", "--multirun", *FAST, "seed=0,1", "constraint.gamma=0.02,0.2", f"privacy.scope={scope}", "privacy.secure_rng=false", "constraint.confidence=null",
                    f"hydra.sweeper.group={group}", f"tracking.uri=sqlite:///{tmp_path / (group + '.db')}", f"hydra.sweep.dir={sweep}",
                    cwd=tmp_path)
         assert res.returncode == 0, res.stderr
