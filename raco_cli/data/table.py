@@ -98,8 +98,8 @@ def sniff_delimiter(header: str) -> str:
     """The delimiter of a CSV file from its header line: the one of ``, ; TAB |`` that occurs
     most outside quotes (a comma when none does).
 
-    >>> sniff_delimiter("id;age;sex"), sniff_delimiter("a,b"), sniff_delimiter("a\tb\tc"), sniff_delimiter("only")
-    (';', ',', '\t', ',')
+    >>> sniff_delimiter("id;age;sex"), sniff_delimiter("a,b"), sniff_delimiter("a\\tb\\tc"), sniff_delimiter("only")
+    (';', ',', '\\t', ',')
     """
     outside, quoted = [], False
     for ch in header:

@@ -22,7 +22,7 @@ from raco_cli.run.prepare import prepare_run
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # C = 10: the "noise std sigma instead of sigma C" bug is a no-op at C = 1 and grows with C
-BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "method.clip_norm=10", "tracking=none"]
+BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "method.clip_norm=10", "tracking=none", "constraint.confidence=null"]
 
 
 @pytest.fixture(scope="module")

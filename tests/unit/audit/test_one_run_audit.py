@@ -14,7 +14,7 @@ from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods.sgda import core
 from raco_cli.run.prepare import prepare_run
 
-BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "tracking=none"]
+BASE = ["dataset=synthetic", "eps=1", "method.batch_size=200", "tracking=none", "constraint.confidence=null"]
 
 
 @pytest.fixture(scope="module")

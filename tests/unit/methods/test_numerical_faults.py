@@ -82,7 +82,7 @@ def test_train_surfaces_nonfinite_rows_as_warning_and_summary_field(tmp_path, mo
     X = np.array(synthetic.X, copy=True)
     X[synthetic.splits["train"][:50], 0] = np.inf
     monkeypatch.setattr(prepare, "load_data", lambda spec: dataclasses.replace(synthetic, X=X))
-    overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=30"]
+    overrides = ["dataset=synthetic", "tracking=none", "method.batch_size=200", "method.max_steps=30", "constraint.confidence=null"]
     with caplog.at_level(logging.WARNING, logger="raco_cli.run.finish"):
         summary = train_mod.train(compose_config([*overrides, "privacy.scope=paper"]), run_dir=tmp_path / "run")
     assert summary["stats"]["nonfinite_rows"] > 0
