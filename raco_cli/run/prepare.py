@@ -252,11 +252,15 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
         looser = math.ceil(float(found.margin.max()) * 100 + 1e-9) / 100  # rounded up: a gamma that passes
         # a rate gap is at most 1: past that, no gamma of a rate constraint helps
         gamma_hint = f"a looser constraint.gamma (>= {looser:.2f}), " if looser <= 1.0 else ""
-        raise UnsupportedError(
-            f"constraint.confidence={confidence:g} cannot be met for {cons.names[j]}: its rates need a margin of "
-            f"{found.margin[j]:.3f} > gamma={cons.gamma[j]:g} with {rows_said}. Use {gamma_hint}a lower "
-            f"constraint.confidence (e.g. 0.5){', more data, or a larger eps' if released else ' or more data'}; "
-            "constraint.confidence=null trains against gamma itself.")
+        why = (f"cannot be met for {cons.names[j]}: its rates need a margin of {found.margin[j]:.3f} > gamma={cons.gamma[j]:g} "
+               f"with {rows_said}")
+        helps = f"{gamma_hint}a lower constraint.confidence (e.g. 0.5){', more data, or a larger eps' if released else ' or more data'}"
+        if spec.constraint.confidence_auto:  # the default: say so and train against gamma; an explicit confidence refuses
+            log.warning("constraint.confidence=auto (%g) %s: trained against gamma itself, so the test result carries no "
+                        "confidence; for one use %s (an explicit constraint.confidence refuses instead)", confidence, why, helps)
+            return cons, None
+        raise UnsupportedError(f"constraint.confidence={confidence:g} {why}. Use {helps}; constraint.confidence=null trains "
+                               "against gamma itself.")
     log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",
              confidence, ", ".join(f"{m:.4f}" for m in found.margin))
     return replace(cons, gamma=targets), found

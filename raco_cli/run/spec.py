@@ -72,6 +72,7 @@ class ConstraintSpec:
     parts: tuple[Any, ...] = ()
     keys: tuple[str, ...] = ()
     confidence: float | None = None  # constraint.confidence (resolved): hold on new data w.p. >= this; None: train against gamma
+    confidence_auto: bool = False  # it came from auto: a margin the data cannot support warns and trains against gamma
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,10 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
 def _constraint_spec(con: Mapping[str, Any], *, scope: str) -> ConstraintSpec:
     """``constraint`` config -> :class:`ConstraintSpec` (structure checked, names resolved later
     against the data by :func:`raco_cli.constraints.build_parts`)."""
-    confidence = _confidence(con.get("confidence", "auto"), scope)
+    raw = con.get("confidence", "auto")
+    confidence = _confidence(raw, scope)
     con = {k: v for k, v in con.items() if k != "confidence"}
-    return replace(_constraint_parts(con), confidence=confidence)
+    return replace(_constraint_parts(con), confidence=confidence, confidence_auto=raw == "auto")
 
 
 DEFAULT_CONFIDENCE = 0.9

@@ -81,10 +81,22 @@ def test_without_confidence_the_run_trains_against_gamma_itself(tmp_path, extra)
         assert "training constraint  " in stdout and "on the training split (exact)" in stdout
 
 
+def test_under_auto_a_margin_the_data_cannot_support_warns_and_trains_against_gamma(tmp_path):
+    """The default (auto) does not refuse: one warning line says the confidence cannot be met and
+    what would help, and the run trains against gamma itself (no confidence claimed)."""
+    res = raco("train", "dataset=synthetic", "dataset.options.n=400", "constraint.gamma=0.02", "method.batch_size=50",
+               "tracking=none", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    warned = [line for line in (res.stdout + res.stderr).splitlines() if "constraint.confidence=auto (0.9) cannot be met" in line]
+    assert len(warned) == 1 and "trained against gamma itself" in warned[0] and "a lower constraint.confidence" in warned[0]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["confidence"] is None and summary["margins"] is None
+
+
 def test_an_impossible_confidence_exits_2_with_one_line_and_no_store(tmp_path):
     db = tmp_path / "mlflow.db"
     res = raco("train", "dataset=synthetic", "dataset.options.n=400", "constraint.gamma=0.02", "method.batch_size=50",
-               f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+               "constraint.confidence=0.9", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     # about 120 training rows per group: the counts lowered by 2 noise sds (100 rows) leave about 20 rows a group, a
