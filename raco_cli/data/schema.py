@@ -255,8 +255,10 @@ class Target:
     """The label of a table and its classes.
 
     ``rule``: ``levels`` (class i is ``levels[i]``; binary or multi-class), ``positive``
-    (class 1 when the label is one of ``positive``, class 0 for any other value) or
-    ``threshold`` (a numeric label; class 1 when it is above ``threshold``).
+    (class 1 when the label is one of ``positive``, class 0 for any other value),
+    ``threshold`` (a numeric label; class 1 when it is above ``threshold``) or ``rest``
+    (class i is ``levels[i]`` and every other value is the last class, ``class_names[-1]``:
+    a private level list that released one class only, :func:`raco_cli.data.table._filled`).
     """
 
     column: str
@@ -280,6 +282,9 @@ class Target:
             y = member(text, self.positive).astype(np.int64)
             return np.where(missing, -1, y), missing, np.zeros(len(df), bool)
         index = {level: i for i, level in enumerate(self.levels)}
+        if self.rule == "rest":
+            y = np.array([index.get(t, len(self.levels)) if t is not None else -1 for t in text], dtype=np.int64)
+            return y, missing, np.zeros(len(df), bool)
         y = np.array([index.get(t, -1) if t is not None else -1 for t in text], dtype=np.int64)
         return y, missing, ~missing & (y < 0)
 
@@ -296,10 +301,13 @@ class Target:
 @dataclass(frozen=True)
 class Groups:
     """Sensitive groups: the product of the level lists of one or more columns
-    (intersectional groups, named ``a&b``), in row-major order."""
+    (intersectional groups, named ``a&b``), in row-major order.  A column with ``rest[i]``
+    True puts every value outside its list but the last into the last level (``not a``: a
+    private list that released one group only, :func:`raco_cli.data.table._filled`)."""
 
     columns: tuple[str, ...]
     levels: tuple[tuple[str, ...], ...]
+    rest: tuple[bool, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -312,22 +320,24 @@ class Groups:
         group = np.zeros(n, dtype=np.int64)
         missing = np.zeros(n, dtype=bool)
         unknown = np.zeros(n, dtype=bool)
-        for col, levels in zip(self.columns, self.levels):
+        rest = self.rest or (False,) * len(self.columns)
+        for col, levels, other in zip(self.columns, self.levels, rest):
             text = tokens(df[col], na_values)
             miss = np.array([t is None for t in text], dtype=bool)
-            pos = {level: i for i, level in enumerate(levels)}
-            idx = np.array([pos.get(t, -1) if t is not None else -1 for t in text], dtype=np.int64)
+            pos = {level: i for i, level in enumerate(levels[:-1] if other else levels)}
+            fallback = len(levels) - 1 if other else -1
+            idx = np.array([pos.get(t, fallback) if t is not None else -1 for t in text], dtype=np.int64)
             missing |= miss
             unknown |= ~miss & (idx < 0)
             group = group * len(levels) + np.maximum(idx, 0)
         return np.where(missing | unknown, -1, group), missing, unknown
 
     def to_dict(self) -> dict[str, Any]:
-        return {"columns": list(self.columns), "levels": [list(v) for v in self.levels]}
+        return {"columns": list(self.columns), "levels": [list(v) for v in self.levels], "rest": list(self.rest)}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Groups:
-        return cls(tuple(raw["columns"]), tuple(tuple(v) for v in raw["levels"]))
+        return cls(tuple(raw["columns"]), tuple(tuple(v) for v in raw["levels"]), tuple(bool(r) for r in raw.get("rest", ())))
 
 
 @dataclass(frozen=True)

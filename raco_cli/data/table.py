@@ -482,26 +482,36 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
     target = schema.target
     if pending.label:
         classes = est.levels.get(target.column, ())
-        if len(classes) < 2:
-            raise ConfigError(f"dataset.options.levels.{target.column} is private and its estimate kept {len(classes)} class(es) "
-                              f"{list(classes)}: a class needs about {est.threshold:.0f} training rows to be released; declare the "
-                              f"classes public (dataset.options.levels.{target.column}=[...]) or set dataset.options.positive.")
-        target = Target(target.column, "levels", classes, levels=classes)
-    lists = []
+        if not classes:
+            raise ConfigError(f"dataset.options.levels.{target.column} is private and its estimate kept no class: a class needs "
+                              f"about {est.threshold:.0f} training rows to be released; declare the classes public "
+                              f"(dataset.options.levels.{target.column}=[...]) or set dataset.options.positive.")
+        if len(classes) == 1:  # one class released: every other value is the second class (post-processing)
+            target = Target(target.column, "rest", (classes[0], rest_name(classes)), levels=classes)
+        else:
+            target = Target(target.column, "levels", classes, levels=classes)
+    lists, rest = [], []
     for col, lv in zip(schema.groups.columns, schema.groups.levels):
+        other = False
         if col in pending.sensitive:
             lv = est.levels.get(col, ())
-            if len(lv) < 2:
-                raise ConfigError(f"dataset.options.levels.{col} is private and its estimate kept {len(lv)} group(s) {list(lv)}: a "
-                                  f"group needs about {est.threshold:.0f} training rows to be released; declare the groups public "
+            if not lv:
+                raise ConfigError(f"dataset.options.levels.{col} is private and its estimate kept no group: a group needs about "
+                                  f"{est.threshold:.0f} training rows to be released; declare the groups public "
                                   f"(dataset.options.levels.{col}=[...]).")
+            if len(lv) == 1:  # one group released: the rest of the rows form a second group (post-processing)
+                lv, other = (lv[0], rest_name(lv)), True
         lists.append(lv)
+        rest.append(other)
     private_lists = ([target.column] if pending.label else []) + list(pending.sensitive)
     if private_lists:  # the constraint's classes and groups come from the release: say which
+        named = {target.column: target.class_names} if pending.label else {}
+        named.update({c: lv for c, lv in zip(schema.groups.columns, lists) if c in pending.sensitive})
         log.warning("The %s of this run are those its private estimate released (%s); a class or group with fewer than about "
-                    "%.0f training rows is left out with its rows. Declare the list public to keep every one.",
+                    "%.0f training rows is not released: its rows are left out, or form the class or group 'not <the one "
+                    "released>' when only one was. Declare the list public to keep every one.",
                     " and ".join(("classes of " if c == target.column else "groups of ") + c for c in private_lists),
-                    "; ".join(f"{c}: {', '.join(est.levels.get(c, ()))}" for c in private_lists), est.threshold)
+                    "; ".join(f"{c}: {', '.join(named[c])}" for c in private_lists), est.threshold)
     indicators = set(est.indicators) if pending.indicators is not None else set()
     cols: list[Column] = []
     for c in schema.encoder.columns:
@@ -519,7 +529,16 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
                 cols.append(CategoricalColumn(c.name, lv, other=draft.other, indicator=ind))
         else:
             cols.append(replace(c, indicator=ind))
-    return TableSchema(target, Groups(schema.groups.columns, tuple(lists)), TableEncoder(tuple(cols)), schema.na_values)
+    return TableSchema(target, Groups(schema.groups.columns, tuple(lists), tuple(rest)), TableEncoder(tuple(cols)), schema.na_values)
+
+
+def rest_name(released: Sequence[str]) -> str:
+    """The name of the class or group of every value but the one released: ``not <value>``.
+
+    >>> rest_name(['no'])
+    'not no'
+    """
+    return f"not {released[0]}"
 
 
 def pending_values(data: TabularData, rows: np.ndarray) -> list[PendingColumn]:

@@ -262,19 +262,29 @@ def test_a_delta_exponent_cannot_be_combined_with_private_values(people_csv):
         _prepare(people_csv, "privacy.delta_exponent=1.1")
 
 
-def test_a_private_label_or_group_list_must_keep_two_and_is_said_in_a_warning(people_csv, caplog):
+def test_a_private_label_or_group_list_that_kept_one_value_splits_it_from_the_rest_and_says_so(people_csv, caplog):
+    """One released value: the second class or group is every other value (``not <value>``,
+    post-processing of the release); none released: a one-line error; the warning names the
+    lists used."""
     from raco_cli.data.provenance import Estimates
     from raco_cli.errors import ConfigError
 
     data = table.load(path=str(people_csv), label="approved", sensitive="sex", preprocessing="public", types={"id": "drop"},
                       bounds={"age": [18, 100], "income": [0, 2e5]},
                       levels={"approved": "private", "sex": "private", "city": ["Lille", "Lyon", "Nice", "Paris"], "smoker": ["no", "yes"]})
-    with pytest.raises(ConfigError, match=r"^dataset.options.levels.sex is private and its estimate kept 1 group\(s\) \['M'\]: a group "
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.sex is private and its estimate kept no group: a group "
                                           r"needs about 250 training rows"):
-        table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ("M",)}, threshold=250.0))
-    with pytest.raises(ConfigError, match=r"^dataset.options.levels.approved is private and its estimate kept 1 class"):
-        table.finish(data, Estimates(levels={"approved": ("yes",), "sex": ("F", "M")}, threshold=250.0))
+        table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ()}, threshold=250.0))
+    with pytest.raises(ConfigError, match=r"^dataset.options.levels.approved is private and its estimate kept no class"):
+        table.finish(data, Estimates(levels={"approved": (), "sex": ("F", "M")}, threshold=250.0))
+    both = table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ("F", "M")}, threshold=250.0))
     with caplog.at_level("WARNING", logger="raco_cli"):
-        table.finish(data, Estimates(levels={"approved": ("no", "yes"), "sex": ("F", "M")}, threshold=250.0))
-    assert any("The classes of approved and groups of sex of this run are those its private estimate released (approved: no, yes; "
-               "sex: F, M)" in r.getMessage() for r in caplog.records)
+        one = table.finish(data, Estimates(levels={"approved": ("no",), "sex": ("M",)}, threshold=250.0))
+    assert any("The classes of approved and groups of sex of this run are those its private estimate released (approved: no, not no; "
+               "sex: M, not M)" in r.getMessage() for r in caplog.records)
+    assert one.class_names == ("no", "not no") and one.group_names == ("M", "not M")
+    # every row keeps its place: 'not no' is 'yes' and 'not M' is 'F' on this file (two values each)
+    np.testing.assert_array_equal(one.y, both.y)
+    np.testing.assert_array_equal(one.group, 1 - both.group)
+    schema = one.meta["schema"]
+    assert type(schema).from_dict(schema.to_dict()) == schema  # the model artifact keeps the rest rule
