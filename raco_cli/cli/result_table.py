@@ -41,6 +41,8 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         m = max(summary["margins"].values())
         lines.append(f"  confidence           {summary['confidence']:g}   (trained and selected against gamma - {m:.4f} to meet gamma on new "
                      f"data of the test split's size w.p. >= {summary['confidence']:g})")
+    elif summary.get("confidence_note"):
+        lines.append(f"  confidence           none   ({summary['confidence_note']})")
     if summary.get("privacy_scope") == "model" and summary.get("private"):
         if summary["satisfied"] is not None:
             shown = "feasible" if summary["satisfied"] else "infeasible"

@@ -100,6 +100,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "last_metrics": last_metrics,
         "confidence": spec.constraint.confidence if prep.margins is not None else None,
         "margins": None if prep.margins is None else {n: float(m) for n, m in zip(cons.names, prep.margins.margin)},
+        "confidence_note": prep.confidence_note,
         "lambda": result.lam,
         "hyperparameters": spec_dict(pplan.spec),
         "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},

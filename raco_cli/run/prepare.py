@@ -86,6 +86,7 @@ class PreparedRun:
     scaling: Any = None  # shared_features with dp preprocessing: the run's (mean, std), X left public
     requested: Any = None  # the constraints as asked for (``constraints`` then holds the training targets)
     margins: Any = None  # constraint.confidence: raco_cli.constraints.margin.Margins (None: no margin)
+    confidence_note: str | None = None  # constraint.confidence=auto the data could not support: why (result table)
 
     @property
     def full_records(self) -> bool:
@@ -184,14 +185,14 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
         log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; use "
                     "method.batch_size=%d (about n/16) or a larger eps", pplan.steps, spec.eps, method_spec.batch_size,
                     int(n_train), suggested_batch_size(n_train))
-    requested, found = cons, None
+    requested, found, note = cons, None, None
     if spec.constraint.confidence is not None and constrained and cell_rows is not None:
-        cons, found = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
+        cons, found, note = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
     return PreparedRun(
         spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
         model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
         preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
-        requested=requested, margins=found,
+        requested=requested, margins=found, confidence_note=note,
     )
 
 
@@ -209,10 +210,12 @@ def suggested_batch_size(n_train: float) -> int:
     import math
 
     return int(min(1024, max(16, 2 ** round(math.log2(max(n_train, 1) / 16)))))
-def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: np.ndarray, *, released: bool) -> tuple[Any, Any]:
+def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: np.ndarray, *,
+                 released: bool) -> tuple[Any, Any, str | None]:
     """``constraint.confidence``: the constraints with targets ``gamma - margin``
-    (:mod:`raco_cli.constraints.margin`) and the margins; unchanged for a method whose
-    checkpoint choice reads no feasibility (DP-FERMI, DPSE: their runs report the test
+    (:mod:`raco_cli.constraints.margin`), the margins, and why no margin was used when
+    ``auto`` met a margin the data cannot support (None otherwise); unchanged for a method
+    whose checkpoint choice reads no feasibility (DP-FERMI, DPSE: their runs report the test
     constraint only).
 
     Raises:
@@ -228,7 +231,7 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     if flags is None or not flags.constrained:
         log.info("constraint.confidence=%g: method=%s picks its checkpoint without a feasibility signal; the test "
                  "constraint is reported, not certified", confidence, spec.method.name)
-        return cons, None
+        return cons, None, None
     rows = cell_rows
     signal = None
     if released:  # DP counts: two noise sds lower (a smaller n gives a larger margin), and the noisy signal
@@ -258,12 +261,13 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
         if spec.constraint.confidence_auto:  # the default: say so and train against gamma; an explicit confidence refuses
             log.warning("constraint.confidence=auto (%g) %s: trained against gamma itself, so the test result carries no "
                         "confidence; for one use %s (an explicit constraint.confidence refuses instead)", confidence, why, helps)
-            return cons, None
+            return cons, None, (f"auto ({confidence:g}) not met: {cons.names[j]} needs a margin of {found.margin[j]:.3f} > "
+                                f"gamma {cons.gamma[j]:g}; trained against gamma itself (warning above: what would help)")
         raise UnsupportedError(f"constraint.confidence={confidence:g} {why}. Use {helps}; constraint.confidence=null trains "
                                "against gamma itself.")
     log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",
              confidence, ", ".join(f"{m:.4f}" for m in found.margin))
-    return replace(cons, gamma=targets), found
+    return replace(cons, gamma=targets), found, None
 
 
 def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: Any) -> tuple[Any, Any]:

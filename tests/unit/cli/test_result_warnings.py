@@ -45,3 +45,13 @@ def test_the_warnings_are_printed_in_the_result_table(tmp_path: Path):
     text = format_result(_summary({"a": 0.0, "b": 0.0}, {"a": 10, "b": 4000}), tmp_path)
     warnings = [line for line in text.splitlines() if line.strip().startswith("warning")]
     assert len(warnings) == 2 and all(len(w) < 400 for w in warnings)
+
+
+def test_a_confidence_auto_that_the_data_cannot_support_is_said_in_the_table(tmp_path: Path):
+    """constraint.confidence=auto that fell back to gamma: the table says no confidence is claimed
+    (before, only a log warning said so and the table had no confidence line at all)."""
+    summary = _summary({"a": 0.3, "b": 0.31}, {"a": 900, "b": 800})
+    note = "auto (0.9) not met: dp[group=0,class=0] needs a margin of 0.575 > gamma 0.05; trained against gamma itself"
+    text = format_result({**summary, "confidence": None, "margins": None, "confidence_note": note}, tmp_path)
+    assert f"  confidence           none   ({note})" in text.splitlines()
+    assert "  confidence " not in format_result(summary, tmp_path)  # confidence=null: no line
