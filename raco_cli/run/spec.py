@@ -108,6 +108,7 @@ class RunSpec:
     size_noise_multiplier: float = 50.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
     tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
     auto_batch: bool = False  # method.batch_size=auto: chosen from the (DP) training size by prepare_run
+    auto_lr_dual: bool = False  # method.lr_dual=auto: chosen from the plan and the (DP) cell sizes by prepare_run
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -156,6 +157,8 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
         if key == "tuned_on":  # provenance of the values (RunSpec.tuned_on), not a setting
             continue
         if key == "batch_size" and value == "auto":  # RunSpec.auto_batch: resolved from the training size by prepare_run
+            continue
+        if key == "lr_dual" and value == "auto":  # RunSpec.auto_lr_dual: resolved from the plan and cell sizes by prepare_run
             continue
         if key not in known:
             raise ConfigError(
@@ -482,6 +485,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         size_noise_multiplier=float(size_noise),
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
         auto_batch=(c.get("method") or {}).get("batch_size") == "auto",
+        auto_lr_dual=(c.get("method") or {}).get("lr_dual") == "auto",
     )
 
 

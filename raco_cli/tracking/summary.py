@@ -36,6 +36,8 @@ seed, seeds        run seed and the derived init / sampling / noise / selection 
 confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied, else null
 margins            (added in v1, optional) constraint name -> its generalisation margin m_j: the run
                    trained and selected against gamma_j - m_j (raco_cli/constraints/margin.py)
+confidence_note    (added in v1, optional) why ``constraint.confidence=auto`` applied no margin (the
+                   data cannot support it), else null
 tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
@@ -102,6 +104,8 @@ PUBLIC, RELEASE, TEST, EXACT = "public", "release", "test", "exact"
 # "mia": membership-inference AUCs of training vs validation rows (scope=paper only) (methods/dro/common.py): exact
 _SPLITS = {"train": EXACT, "val": EXACT, "test": TEST, "release": RELEASE, "mia": EXACT}
 STATUS: dict[str, Any] = {
+    # hyperparameters: the config, with method.batch_size=auto / method.lr_dual=auto resolved from
+    # the released size and cell counts (post-processing of releases: safe to write either way)
     **dict.fromkeys(
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
@@ -110,7 +114,7 @@ STATUS: dict[str, Any] = {
         PUBLIC,
     ),
     # constraint.confidence: computed from the released cell counts (scope=model)
-    "margins": RELEASE,
+    "margins": RELEASE, "confidence_note": RELEASE,
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
