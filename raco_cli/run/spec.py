@@ -172,11 +172,13 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
         if isinstance(value, int) and not isinstance(value, bool):
             kwargs[key] = float(value)
         elif value is not None and not isinstance(value, float):
-            raise ConfigError(TYPE.format(key=f"method.{key}", expected="a number", value=value,
+            auto = key == "lr_dual"  # lr_dual=auto never reaches here: resolved by prepare_run
+            raise ConfigError(TYPE.format(key=f"method.{key}", expected="a number" + (" or auto" if auto else ""), value=value,
                                           meaning="see conf/method/<name>.yaml for its meaning."))
     for key in ("batch_size", "steps", "max_steps", "eval_every", "micro_batch"):
         if key in kwargs:
-            kwargs[key] = _integer(kwargs, key, f"method.{key}", "a count.", optional=key == "steps")
+            kwargs[key] = _integer(kwargs, key, f"method.{key}", "a count, or auto (from the training size)." if key == "batch_size"
+                                   else "a count.", optional=key == "steps")
     if "calibrate_noise" in kwargs:
         kwargs["calibrate_noise"] = _boolean(kwargs, "calibrate_noise", "method.calibrate_noise",
                                              "scale the noise to meet eps for a fixed number of steps.")
