@@ -1,0 +1,156 @@
+"""Acceptance check on public tables nobody here wrote (docs/your-own-data.md "Public tables").
+
+For each table given as ``NAME=FILE:LABEL:SENSITIVE``:
+
+1. ``raco data describe FILE --label LABEL --sensitive SENSITIVE`` writes ``<out>/conf/dataset/NAME.yaml``
+   (its private config: bounds, level lists and indicators estimated inside each run's eps);
+2. ``raco train --multirun`` with the defaults only (``constraint=dp eps=1``, gamma 0.05) over
+   ``--seeds`` seeds;
+3. optionally (``--grid``) a small hand grid ``method.batch_size x method.lr`` at the same defaults
+   otherwise, over ``--grid-seeds`` seeds: the best cell's mean test accuracy is what the defaults are
+   compared with;
+4. non-private references on the same split (raco's split of the file, values read from the
+   data): scikit-learn's LogisticRegression and fairlearn's ExponentiatedGradient with
+   DemographicParity(difference_bound=gamma).
+
+Prints one markdown table: test accuracy (mean, min..max over seeds), the test DP constraint
+``max_g |P(pred=1 | g) - P(pred=1)|`` against gamma and the runs that meet it, and the majority
+class's accuracy.  Usage::
+
+    python scripts/public_tables.py --out /tmp/pt hdma=Hdma.csv:deny:black turnout=turnout.csv:vote:race
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GAMMA = 0.05
+
+
+def run(cmd: list[str], log: Path) -> None:
+    with log.open("a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=os.environ.copy(), cwd=log.parent)  # its own MLflow store
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}; log: {log}")
+
+
+def summaries(sweep: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(sweep.rglob("summary.json"))]
+
+
+def describe(name: str, file: str, label: str, sensitive: str, out: Path, log: Path) -> Path:
+    conf = out / "conf"
+    (conf / "dataset").mkdir(parents=True, exist_ok=True)
+    target = conf / "dataset" / f"{name}.yaml"
+    with target.open("w") as fh:
+        done = subprocess.run(["raco", "data", "describe", file, "--label", label, "--sensitive", sensitive],
+                              stdout=fh, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"raco data describe failed on {file}: {done.stderr.strip()}")
+    text = target.read_text().replace(f"  name: {Path(file).stem}\n", f"  name: {name}\n")
+    target.write_text(text)
+    return conf
+
+
+def train(conf: Path, name: str, sweep: Path, overrides: list[str], log: Path) -> list[dict[str, Any]]:
+    if not summaries(sweep):
+        run(["raco", "train", "--multirun", "--config-dir", str(conf), f"dataset={name}", "constraint=dp", "eps=1",
+             f"hydra.sweep.dir={sweep}", *overrides], log)
+    return summaries(sweep)
+
+
+def test_numbers(s: dict[str, Any]) -> tuple[float, float, bool]:
+    test = s["metrics"]["test"]
+    return float(test["accuracy"]), float(test["constraint_max_hard"]), bool(test["satisfied"])
+
+
+def references(file: str, label: str, sensitive: str) -> dict[str, tuple[float, float]]:
+    """LogisticRegression and ExponentiatedGradient on raco's split, exact values (non-private)."""
+    from fairlearn.reductions import DemographicParity, ExponentiatedGradient
+    from sklearn.linear_model import LogisticRegression
+
+    from raco_cli.data import table
+
+    data = table.load(path=file, label=label, sensitive=sensitive, types=_types(file, label, sensitive))
+    X, y, g = np.asarray(data.X), np.asarray(data.y), np.asarray(data.group)
+    tr, te = np.asarray(data.splits["train"]), np.asarray(data.splits["test"])
+    out: dict[str, tuple[float, float]] = {}
+    lr = LogisticRegression(max_iter=2000).fit(X[tr], y[tr])
+    out["sklearn LogisticRegression"] = _score(lr.predict(X[te]), y[te], g[te])
+    eg = ExponentiatedGradient(LogisticRegression(max_iter=2000), DemographicParity(difference_bound=GAMMA))
+    eg.fit(X[tr], y[tr], sensitive_features=g[tr])
+    rng = np.random.default_rng(0)  # EG's released model is randomised: average over 20 draws
+    draws = [_score(eg._pmf_predict(X[te])[:, 1] > rng.random(len(te)), y[te], g[te]) for _ in range(20)]
+    out["fairlearn ExponentiatedGradient"] = (float(np.mean([d[0] for d in draws])), float(np.mean([d[1] for d in draws])))
+    out["majority class"] = (float(max(np.mean(y[te]), 1 - np.mean(y[te]))), 0.0)
+    return out
+
+
+def _types(file: str, label: str, sensitive: str) -> dict[str, str]:
+    """describe's column types (drops identifiers), read from its data-valued config."""
+    import yaml
+
+    done = subprocess.run(["raco", "data", "describe", file, "--label", label, "--sensitive", sensitive, "--values", "data"],
+                          capture_output=True, text=True, check=True)
+    return dict(yaml.safe_load(done.stdout)["options"].get("types", {}))
+
+
+def _score(pred: np.ndarray, y: np.ndarray, g: np.ndarray) -> tuple[float, float]:
+    pred = np.asarray(pred).astype(int)
+    overall = pred.mean()
+    worst = max(abs(pred[g == k].mean() - overall) for k in np.unique(g))
+    return float((pred == y).mean()), float(worst)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tables", nargs="+", help="NAME=FILE:LABEL:SENSITIVE")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--grid", action="store_true", help="also the hand grid batch_size x lr")
+    ap.add_argument("--batch", default="64,128,256,512")
+    ap.add_argument("--lr", default="0.5,1,2,4")
+    ap.add_argument("--grid-seeds", type=int, default=3)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "log.txt"
+    rows = []
+    for spec in args.tables:
+        name, rest = spec.split("=", 1)
+        file, label, sensitive = rest.rsplit(":", 2)
+        file = str(Path(file).resolve())
+        conf = describe(name, file, label, sensitive, args.out, log)
+        runs = train(conf, name, args.out / name / "defaults", [f"seed=range(0,{args.seeds})"], log)
+        acc = np.array([test_numbers(s)[0] for s in runs])
+        gam = np.array([test_numbers(s)[1] for s in runs])
+        ok = sum(test_numbers(s)[2] for s in runs)
+        rows.append(f"| {name} | raco defaults (eps 1) | {acc.mean():.4f} ({acc.min():.4f}..{acc.max():.4f}) | "
+                    f"{gam.mean():.4f} (max {gam.max():.4f}) | {ok}/{len(runs)} |")
+        if args.grid:
+            grid = train(conf, name, args.out / name / "grid",
+                         [f"method.batch_size={args.batch}", f"method.lr={args.lr}", f"seed=range(0,{args.grid_seeds})"], log)
+            cells: dict[tuple[Any, Any], list[float]] = {}
+            for s in grid:
+                hp = s["hyperparameters"]
+                cells.setdefault((hp["batch_size"], hp["lr"]), []).append(test_numbers(s)[0])
+            best = max(cells, key=lambda k: np.mean(cells[k]))
+            rows.append(f"| {name} | hand grid best (batch {best[0]}, lr {best[1]}) | {np.mean(cells[best]):.4f} | | |")
+        for who, (a, v) in references(file, label, sensitive).items():
+            rows.append(f"| {name} | {who} | {a:.4f} | {v:.4f} | {'' if who == 'majority class' else ('yes' if v <= GAMMA else 'no')} |")
+    print("| table | model | test accuracy | test max Gamma (gamma 0.05) | meets gamma |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
