@@ -214,6 +214,8 @@ def suggested_batch_size(n_train: float) -> int:
     import math
 
     return int(min(1024, max(16, 2 ** round(math.log2(max(n_train, 1) / 16)))))
+
+
 DUAL_WALK = 1.0 / 3.0  # method.lr_dual=auto: the sd of the dual's noise-driven walk over a run
 
 
@@ -228,7 +230,8 @@ def suggested_lr_dual(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_ro
     under scope=model).  The dual ascent adds ``lr_dual x`` that noise at each of T steps, a
     random walk of sd ``lr_dual s_j sqrt(T)`` (an upper bound: s_j bounds each class count's
     noise separately, and clipping a small group's noisy rate to [0, 1] shrinks it; by Monte
-    Carlo the walk's sd is 0.18 at Adult's sizes, 0.10 at Hdma's: tests/unit/methods/test_lr_dual_auto.py); with small groups (a few rows of a group per
+    Carlo the walk's sd is 0.18 at Adult's sizes, 0.10 at Hdma's:
+    tests/unit/methods/test_lr_dual_auto.py).  With small groups (a few rows of a group per
     batch) a fixed step of 1 sent lambda to its bound on noise alone and the model to a
     near-constant one (docs/your-own-data.md, measured on public tables).  It gives 0.2 on Adult
     (0.8253 vs 0.8250 at 1.0, 5 seeds) and 0.1 on Parkinsons (its tuned value).  1.0 (the value
