@@ -32,7 +32,7 @@ def _prepare(*extra: str, tmp_path=None):
         ("eps=one", "eps must be a number (got eps='one'); eps is the total privacy budget of the run."),
         ("constraint.gamma=[1]", "constraint.gamma must be a number (got constraint.gamma=[1]); gamma is the allowed gap of each rate constraint."),
         ("method.lr=fast", "method.lr must be a number (got method.lr='fast'); see conf/method/<name>.yaml for its meaning."),
-        ("method.batch_size=12.5", "method.batch_size must be an integer (got method.batch_size=12.5); a count."),
+        ("method.batch_size=12.5", "method.batch_size must be an integer (got method.batch_size=12.5); a count, or auto (from the training size)."),
         ("seed=-1", "seed must be a non-negative integer (got seed=-1)."),
         ("method.noise_multiplier=1e-31", "method.noise_multiplier must be >= 0.1 (got method.noise_multiplier=1e-31): smaller noise costs eps in the hundreds per step and the accountant cannot represent it; for training without noise use method=sgda or method=sgd."),
         ("method.hist_noise_multiplier=0.001", "method.hist_noise_multiplier must be >= 0.01 (got method.hist_noise_multiplier=0.001): smaller noise costs eps in the hundreds per step and the accountant cannot represent it; for training without noise use method=sgda or method=sgd."),
