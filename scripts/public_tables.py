@@ -74,14 +74,14 @@ def test_numbers(s: dict[str, Any]) -> tuple[float, float, bool]:
     return float(test["accuracy"]), float(test["constraint_max_hard"]), bool(test["satisfied"])
 
 
-def references(file: str, label: str, sensitive: str) -> dict[str, tuple[float, float]]:
+def references(file: str, label: str, sensitive: str, types: dict[str, str]) -> dict[str, tuple[float, float]]:
     """LogisticRegression and ExponentiatedGradient on raco's split, exact values (non-private)."""
     from fairlearn.reductions import DemographicParity, ExponentiatedGradient
     from sklearn.linear_model import LogisticRegression
 
     from raco_cli.data import table
 
-    data = table.load(path=file, label=label, sensitive=sensitive, types=_types(file, label, sensitive))
+    data = table.load(path=file, label=label, sensitive=sensitive, types=types)
     X, y, g = np.asarray(data.X), np.asarray(data.y), np.asarray(data.group)
     tr, te = np.asarray(data.splits["train"]), np.asarray(data.splits["test"])
     out: dict[str, tuple[float, float]] = {}
@@ -96,13 +96,11 @@ def references(file: str, label: str, sensitive: str) -> dict[str, tuple[float, 
     return out
 
 
-def _types(file: str, label: str, sensitive: str) -> dict[str, str]:
-    """describe's column types (drops identifiers), read from its data-valued config."""
+def _types(conf: Path, name: str) -> dict[str, str]:
+    """The column types describe wrote into the table's config (it drops identifiers)."""
     import yaml
 
-    done = subprocess.run(["raco", "data", "describe", file, "--label", label, "--sensitive", sensitive, "--values", "data"],
-                          capture_output=True, text=True, check=True)
-    return dict(yaml.safe_load(done.stdout)["options"].get("types", {}))
+    return dict(yaml.safe_load((conf / "dataset" / f"{name}.yaml").read_text())["options"].get("types", {}))
 
 
 def _score(pred: np.ndarray, y: np.ndarray, g: np.ndarray) -> tuple[float, float]:
@@ -145,7 +143,7 @@ def main() -> None:
                 cells.setdefault((hp["batch_size"], hp["lr"]), []).append(test_numbers(s)[0])
             best = max(cells, key=lambda k: np.mean(cells[k]))
             rows.append(f"| {name} | hand grid best (batch {best[0]}, lr {best[1]}) | {np.mean(cells[best]):.4f} | | |")
-        for who, (a, v) in references(file, label, sensitive).items():
+        for who, (a, v) in references(file, label, sensitive, _types(conf, name)).items():
             rows.append(f"| {name} | {who} | {a:.4f} | {v:.4f} | {'' if who == 'majority class' else ('yes' if v <= GAMMA else 'no')} |")
     print("| table | model | test accuracy | test max Gamma (gamma 0.05) | meets gamma |")
     print("|---|---|---|---|---|")

@@ -487,7 +487,7 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
                               f"about {est.threshold:.0f} training rows to be released; declare the classes public "
                               f"(dataset.options.levels.{target.column}=[...]) or set dataset.options.positive.")
         if len(classes) == 1:  # one class released: every other value is the second class (post-processing)
-            target = Target(target.column, "rest", (classes[0], rest_name(classes)), levels=classes)
+            target = Target(target.column, "rest", (classes[0], rest_name(classes[0])), levels=classes)
         else:
             target = Target(target.column, "levels", classes, levels=classes)
     lists, rest = [], []
@@ -500,7 +500,7 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
                                   f"{est.threshold:.0f} training rows to be released; declare the groups public "
                                   f"(dataset.options.levels.{col}=[...]).")
             if len(lv) == 1:  # one group released: the rest of the rows form a second group (post-processing)
-                lv, other = (lv[0], rest_name(lv)), True
+                lv, other = (lv[0], rest_name(lv[0])), True
         lists.append(lv)
         rest.append(other)
     private_lists = ([target.column] if pending.label else []) + list(pending.sensitive)
@@ -532,13 +532,13 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
     return TableSchema(target, Groups(schema.groups.columns, tuple(lists), tuple(rest)), TableEncoder(tuple(cols)), schema.na_values)
 
 
-def rest_name(released: Sequence[str]) -> str:
+def rest_name(released: str) -> str:
     """The name of the class or group of every value but the one released: ``not <value>``.
 
-    >>> rest_name(['no'])
+    >>> rest_name('no')
     'not no'
     """
-    return f"not {released[0]}"
+    return f"not {released}"
 
 
 def pending_values(data: TabularData, rows: np.ndarray) -> list[PendingColumn]:
