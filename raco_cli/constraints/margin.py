@@ -2,12 +2,29 @@
 
 A model trained and selected to meet ``Gamma_j <= gamma_j`` on its training data meets it on
 new data only up to the sampling error of the rates.  With ``constraint.confidence = c`` raco
-trains and selects against ``gamma_j - m_j`` instead, with a margin per constraint
+trains and selects against ``gamma_j - m_j`` instead, with a margin per constraint.
 
-    m_j = z_{1 - (1 - c) / J'} * sqrt(s_train_j^2 + s_fresh_j^2 + s_signal_j^2)
+The margin.  Write ``G`` for the released model's estimate of a statistic (what training and
+selection read) and ``F`` for its value on a fresh sample, with ``F - G ~ N(0, s^2)``,
+``s^2 = s_train^2 + s_fresh^2 + s_signal^2`` (the normal approximation of the rate estimates).
+Training drives a binding constraint to its target, so take ``G = gamma - m`` there: the model
+then fails on fresh data if ``F - G > m``, probability ``Phi(-m / s)``.  Most rate constraints
+come in pairs, one statistic bounded from both sides (demographic parity's ``P_1(a) - P_1(b)
+<= gamma`` and ``P_1(b) - P_1(a) <= gamma'``); at ``G = gamma - m`` the other side fails if
+``G - F > gamma + gamma' - m = 2h - m`` (h: the half-width of the interval), so a pair fails
+with probability ``Phi(-m / s) + Phi(-(2h - m) / s)``, largest at either end of the interval,
+and m is its root at ``delta``:
 
-(a union bound over the J' distinct constraints, so that all of them hold at once with
-probability >= c under the normal approximation of the rate estimates).
+    Phi(-m / s) + Phi(-(2h - m) / s) = delta        (a pair: m in [0, h], by bisection),
+    m = s * z_{1 - delta}                           (a statistic bounded from one side),
+
+with ``delta = (1 - c) / S`` (a union bound over the S distinct statistics, so that all of them
+hold at once with probability >= c).  Binary rates are folded first (``P_0 = 1 - P_1``), so
+demographic parity over two groups is one statistic, S = 1, and ``m = 1.28 s`` wherever
+``h >> s`` (counting the two sides as two constraints of a union bound gave ``1.64 s``).  When
+``2 Phi(-h / s) > delta`` even a model centred in the interval fails too often; the margin is
+then the two-sided ``s * z_{1 - delta / 2}``, which exceeds h: the run declines
+(raco_cli/run/prepare.py ``with_margins``).
 
 The standard deviations.  A rate ``P_k(D_I)`` is a mean over the rows of the subset I, a union
 of cells q of the partition, so ``Gamma_j = sum_I sum_k alpha_{j,I,k} P_k(D_I)`` is a sum over
@@ -70,7 +87,7 @@ class Margins:
     confidence: float
     margin: np.ndarray  # (J,)
     subset_rows: np.ndarray  # (M,) the subset sizes used (a lower bound under scope=model)
-    z: float
+    z: np.ndarray  # (J,) m_j / s_j
 
 
 def row_ranges(cons: ConstraintSet, cell_rows: np.ndarray) -> np.ndarray:
@@ -103,24 +120,86 @@ def noise_sd(cons: ConstraintSet, cell_rows: np.ndarray, *, sample_rate: float, 
     return np.sqrt(2.0 * laplace_scale**2 * cons.K * (per_cell**2).sum(axis=1))
 
 
+def _folded(cons: ConstraintSet) -> tuple[np.ndarray, np.ndarray]:
+    """Each constraint as ``a_j . P <= g_j`` over free rates: (J, M*K') coefficients and (J,)
+    bounds.  A binary rate is folded onto ``P_1`` (``alpha_0 P_0 + alpha_1 P_1 = alpha_0 +
+    (alpha_1 - alpha_0) P_1``), its constant moved into the bound."""
+    if cons.K == 2:
+        alpha = cons.alpha
+        return alpha[:, :, 1] - alpha[:, :, 0], cons.gamma - alpha[:, :, 0].sum(axis=1)
+    return cons.alpha.reshape(cons.J, -1), np.asarray(cons.gamma, dtype=float)
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One statistic ``a . P`` and the constraints that bound it: ``upper`` (``a . P <= g``) and
+    ``lower`` (``-a . P <= g``) list constraint indices; ``half_width`` is h of a pair (None for
+    a statistic bounded from one side)."""
+
+    upper: tuple[int, ...]
+    lower: tuple[int, ...]
+    half_width: float | None
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return self.upper + self.lower
+
+
+def statistics(cons: ConstraintSet) -> list[Statistic]:
+    """The distinct statistics the constraints bound, a statistic's sign folded into its side.
+
+    >>> from raco_cli.constraints.families import demographic_parity
+    >>> [(s.upper, s.lower, s.half_width) for s in statistics(ConstraintSet.build(
+    ...     demographic_parity(n_classes=2, n_groups=2, gamma=0.05), n_classes=2, n_groups=2))]
+    [((1, 2), (0, 3), 0.05)]
+    """
+    coef, bound = _folded(cons)
+    groups: dict[tuple[float, ...], tuple[list[int], list[int]]] = {}
+    for j, a in enumerate(np.round(coef, 12)):
+        nonzero = np.flatnonzero(a)
+        sign = 1.0 if nonzero.size == 0 or a[nonzero[0]] > 0 else -1.0
+        key = tuple((sign * a + 0.0).tolist())  # + 0.0: no negative zeros in the key
+        upper, lower = groups.setdefault(key, ([], []))
+        (upper if sign > 0 else lower).append(j)
+    found = []
+    for upper, lower in groups.values():
+        h = (float(bound[upper].min()) + float(bound[lower].min())) / 2 if upper and lower else None
+        found.append(Statistic(tuple(upper), tuple(lower), h))
+    return found
+
+
 def distinct_constraints(cons: ConstraintSet) -> int:
-    """J': the constraints that differ (a binary rate ``P_0 = 1 - P_1`` folded onto ``P_1``, so
-    demographic parity's ``class 0`` rows repeat its ``class 1`` rows); at least 1.
+    """S: the distinct statistics the constraints bound (both sides of one counting once), at
+    least 1: the union bound's count.
 
     >>> from raco_cli.constraints.families import demographic_parity
     >>> distinct_constraints(ConstraintSet.build(demographic_parity(n_classes=2, n_groups=2, gamma=0.05), n_classes=2, n_groups=2))
-    2
+    1
     """
-    alpha = cons.alpha
-    if cons.K == 2:  # alpha_0 P_0 + alpha_1 P_1 = alpha_0 + (alpha_1 - alpha_0) P_1
-        alpha = (alpha[:, :, 1] - alpha[:, :, 0])[:, :, None]
-    rows = {(round(float(g), 12), tuple(np.round(a.ravel(), 12))) for a, g in zip(alpha, cons.gamma)}
-    return max(len(rows), 1)
+    return max(len(statistics(cons)), 1)
+
+
+def _margin(s: float, delta: float, half_width: float | None) -> tuple[float, float]:
+    """(m, z = m / s) of one statistic (module docstring)."""
+    normal = NormalDist()
+    if half_width is None:
+        z = normal.inv_cdf(1.0 - delta)
+        return z * s, z
+    z_centre = normal.inv_cdf(1.0 - delta / 2)
+    h = half_width / s  # in units of s
+    if h <= z_centre:  # 2 Phi(-h) >= delta: a centred model already fails too often
+        return z_centre * s, z_centre
+    lo, hi = 0.0, h  # risk(z) = Phi(-z) + Phi(-(2h - z)) falls on [0, h]
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if normal.cdf(-mid) + normal.cdf(-(2 * h - mid)) > delta else (lo, mid)
+    return hi * s, hi
 
 
 def margins(cons: ConstraintSet, cell_rows: np.ndarray, *, confidence: float, signal: Signal | None,
             test_per_train: float = TEST_PER_TRAIN) -> Margins:
-    """The margin of every constraint (module docstring).
+    """The margin of every constraint (module docstring): one per statistic, shared by the
+    constraints that bound it.
 
     ``cell_rows``: training rows per cell of the partition (``cons.Q``), from released counts
     under scope=model.
@@ -132,5 +211,10 @@ def margins(cons: ConstraintSet, cell_rows: np.ndarray, *, confidence: float, si
         if signal.laplace_scale > 0:
             per_step = per_step + noise_sd(cons, rows, sample_rate=signal.sample_rate, laplace_scale=signal.laplace_scale) ** 2
         var = var + per_step / max(signal.window, 1)
-    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / distinct_constraints(cons))
-    return Margins(confidence=confidence, margin=z * np.sqrt(var), subset_rows=cons.membership @ rows, z=z)
+    found = statistics(cons)
+    delta = (1.0 - confidence) / max(len(found), 1)
+    margin, z = np.zeros(cons.J), np.zeros(cons.J)
+    for stat in found:
+        idx = list(stat.members)
+        margin[idx], z[idx] = _margin(float(np.sqrt(var[idx].max())), delta, stat.half_width)
+    return Margins(confidence=confidence, margin=margin, subset_rows=cons.membership @ rows, z=z)
