@@ -177,6 +177,10 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n: the run's public training size)
         spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
         log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
+    resolve = getattr(method, "resolve", None)
+    if resolve is not None:  # settings derived from public sizes, e.g. the DRO SPIDER methods' phase=auto (Theorem 7)
+        dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        method_spec = resolve(method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, dim=dim)
     pplan = plan(
         method, method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
     )

@@ -57,20 +57,61 @@ class Release:
 
     Attributes:
         kind: release kind (``gaussian_*``), the key of the counts and of the replay tape.
-        clip: per-record clipping norm C (the l2 sensitivity of the sum under add/remove).
+        clip: per-record clipping norm C (the l2 sensitivity of the sum under add/remove); with
+            ``scale > 0`` the floor of the adaptive clip norm.
         sigma: noise multiplier (noise std / C), what the accountant sees.
+        scale: > 0: a correction's clip norm follows the iterate difference,
+            ``C_t = max(C, scale |(x_t, dual_t) - (x_{t-1}, dual_{t-1})|)`` (Theorem 6's
+            C_2, C_4 are proportional to these differences): a function of earlier releases
+            only, never of the data, and the noise std follows it (``sigma C_t``), so the
+            accountant sees the same multiplier.
     """
 
     kind: str
     clip: float
     sigma: float
+    scale: float = 0.0
+
+    def clip_at(self, distance: float | None) -> float:
+        """The clip norm at iterate difference ``distance`` (None: a refresh, the fixed C).
+
+        >>> r = Release("gaussian_x_diff", 0.01, 3.0, scale=2.0)
+        >>> r.clip_at(None), r.clip_at(0.001), r.clip_at(0.5)
+        (0.01, 0.01, 1.0)
+        """
+        if self.scale <= 0 or distance is None:
+            return self.clip
+        return max(self.clip, self.scale * distance)
+
+
+NOISE_ALLOCATIONS = ("theorem", "configured")
+
+
+def family_multiplier(z: float, rate: float, count: int) -> float:
+    """The noise multiplier of a release family under ``noise_allocation=theorem``:
+    ``z max(1, r sqrt(k))`` for k releases at Poisson rate r (the paper's Theorem 5, per family,
+    with one constant z for every family; z = ``method.noise_multiplier``, which the planner
+    calibrates so that the whole run spends eps).  On the mean, Theorem 5's noise is
+    ``c C sqrt(log 1/delta) / eps * max(1/b, sqrt(k)/n)``; times b / C it is this multiplier.
+    Refreshes on all rows (r = 1, k = T/q) get ``z sqrt(T/q)``: Theorem 6's sigma_1 and sigma_3.
+
+    >>> family_multiplier(2.0, 1.0, 16), family_multiplier(2.0, 0.01, 100)
+    (8.0, 2.0)
+    """
+    return z * max(1.0, rate * math.sqrt(max(count, 1)))
 
 
 @dataclass(frozen=True)
 class RefreshDiffReleases:
     """The four releases of a refresh / correction scheme on (x, dual block): a large-batch
     refresh and a gradient-difference correction for each block.  DP Double-SPIDER (Algorithm 2)
-    and PrivateDiff use the same releases, kinds and options."""
+    and PrivateDiff use the same releases, kinds and options.
+
+    Noise (``options.noise_allocation``): ``configured`` takes each release's multiplier from
+    its option (the planner scales them all by one factor); ``theorem`` sets each family's
+    multiplier by :func:`family_multiplier` from its own rate and count (``refresh_rate`` and
+    ``refreshes``, ``diff_rate`` and the other ``steps - refreshes``), so the budget is
+    allocated per release as Theorems 5-6 do, inside the one planned budget."""
 
     dual_refresh: Release
     dual_diff: Release
@@ -78,13 +119,34 @@ class RefreshDiffReleases:
     x_diff: Release
 
     @classmethod
-    def of(cls, spec: MethodSpec, o: dict[str, Any]) -> RefreshDiffReleases:
+    def of(cls, spec: MethodSpec, o: dict[str, Any], *, refresh_rate: float, diff_rate: float, steps: int,
+           refreshes: int, private: bool = True) -> RefreshDiffReleases:
+        theorem = o.get("noise_allocation") == "theorem"
+
+        def sigma(key: str | None, rate: float, count: int) -> float:
+            if not private:  # clipped, noise-free estimators of a non-private reference
+                return 0.0
+            if theorem:
+                return family_multiplier(spec.required("noise_multiplier"), rate, count)
+            return spec.required("noise_multiplier") if key is None else float(o[key])
+
+        n_diff = max(steps - refreshes, 0)
         return cls(
-            dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], o["dual_noise_multiplier"]),
-            dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], o["dual_diff_noise_multiplier"]),
-            x_refresh=Release("gaussian_x_refresh", spec.required("clip_norm"), spec.required("noise_multiplier")),
-            x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], o["diff_noise_multiplier"]),
+            dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], sigma("dual_noise_multiplier", refresh_rate, refreshes)),
+            dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], sigma("dual_diff_noise_multiplier", diff_rate, n_diff),
+                              scale=float(o.get("dual_diff_clip_scale", 0.0))),
+            x_refresh=Release("gaussian_x_refresh", x_clip_norm(spec), sigma(None, refresh_rate, refreshes)),
+            x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], sigma("diff_noise_multiplier", diff_rate, n_diff),
+                           scale=float(o.get("diff_clip_scale", 0.0))),
         )
+
+
+def x_clip_norm(spec: MethodSpec) -> float:
+    """``method.clip_norm`` (a non-private reference with ``options.clipped: true`` needs it too)."""
+    if spec.clip_norm is None:
+        raise ConfigError(f"method.clip_norm must be set for method {spec.name} with clipped estimators (got null); "
+                          "set method.clip_norm=1.0, or method.options.clipped=false for the unclipped reference.")
+    return float(spec.clip_norm)
 
 
 def require_dro(spec: MethodSpec, *, name: str, kl_only: bool = False) -> None:
@@ -121,6 +183,82 @@ def integer_option(o: dict[str, Any], key: str, *, minimum: int = 1) -> int:
     return value
 
 
+def noise_ratio(*, n: int, eps: float, delta: float, dim: int) -> float:
+    """``sqrt(d log(1/delta)) / (n eps)``: the privacy term of the paper's utility bounds
+    (Theorems 2, 4), the scale at which privacy noise dominates (>= ~0.1) or not.
+
+    Adult (28 828 training rows, logistic regression: d = 206) at eps = 0.5:
+
+    >>> round(noise_ratio(n=28828, eps=0.5, delta=28828 ** -1.1, dim=206), 4)
+    0.0033
+    """
+    return math.sqrt(dim * math.log(1.0 / delta)) / (n * eps)
+
+
+def theorem_phase(*, n: int, eps: float | None, delta: float, dim: int, private: bool = True) -> int:
+    """The phase q of the SPIDER methods by default: ``q = (n eps / sqrt(d log(1/delta)))^(2/3)``
+    (Theorem 7; Theorem 8's q at its T, with the unknown constants G, L, Psi_0 set to 1), at
+    least 1.  A non-private reference (no eps) takes SPIDER's own ``q = sqrt(n)`` (Fang et al. 2018).
+
+    >>> theorem_phase(n=28828, eps=1.0, delta=28828 ** -1.1, dim=206)
+    71
+    >>> theorem_phase(n=10000, eps=None, delta=1e-5, dim=10, private=False)
+    100
+    """
+    if not private or eps is None or not math.isfinite(eps):
+        return max(1, round(math.sqrt(n)))
+    return max(1, round(noise_ratio(n=n, eps=eps, delta=delta, dim=dim) ** (-2.0 / 3.0)))
+
+
+def phase_of(o: dict[str, Any]) -> int:
+    """``options.phase`` as an integer (``auto`` is resolved by the run before planning).
+
+    Raises:
+        ConfigError: ``auto`` left unresolved (a direct call of the method outside ``raco train``).
+    """
+    phase = o["phase"]
+    if phase == "auto":
+        raise ConfigError("method.options.phase=auto is resolved by `raco train` from n, eps, delta and the model size "
+                          "(Theorem 7); outside a run give an integer, e.g. method.options.phase=10.")
+    return int(phase)
+
+
+def phase_option(o: dict[str, Any]) -> int | str:
+    """Check ``options.phase``: ``auto`` or an integer >= 1."""
+    if o["phase"] == "auto":
+        return "auto"
+    try:
+        return integer_option(o, "phase")
+    except ConfigError:
+        raise ConfigError(f"method.options.phase must be auto or an integer >= 1 (got method.options.phase={o['phase']!r}); "
+                          "auto: Theorem 7's q from n, eps, delta and the model size.") from None
+
+
+def refresh_option(o: dict[str, Any]) -> float | str:
+    """Check ``options.refresh_batch_factor``: ``full`` (every row, the paper's N1 = n) or a number > 0."""
+    value = o["refresh_batch_factor"]
+    if value == "full":
+        return "full"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"method.options.refresh_batch_factor must be full or a number > 0 (got "
+                          f"method.options.refresh_batch_factor={value!r}); full: refreshes on every row (Theorems 7-8, "
+                          "b1 = n), a number: that many times method.batch_size.")
+    return float(value)
+
+
+def choice_option(o: dict[str, Any], key: str, choices: tuple[str, ...], meaning: str) -> str:
+    if o[key] not in choices:
+        raise ConfigError(f"method.options.{key} must be one of {', '.join(choices)} (got method.options.{key}={o[key]!r}); {meaning}")
+    return str(o[key])
+
+
+def bool_option(o: dict[str, Any], key: str, meaning: str = "") -> bool:
+    if not isinstance(o[key], bool):
+        raise ConfigError(f"method.options.{key} must be true or false (got method.options.{key}={o[key]!r})"
+                          + (f"; {meaning}" if meaning else "."))
+    return bool(o[key])
+
+
 def refresh_steps(steps: int, phase: int) -> int:
     """Number of refresh steps among t = 0..T-1 (``t mod q == 0``).
 
@@ -145,9 +283,13 @@ class DroRun:
         device: torch.device,
         reporter: Reporter,
         private: bool,
+        clipped: bool = False,
     ) -> None:
         self.data, self.model, self.spec, self.device, self.reporter = data, model, spec, device, reporter
         self.objective, self.private, self.steps = spec.objective, private, steps
+        # private runs clip every release; a non-private reference with options.clipped does too
+        # (the same clip norms, no noise: "clipped, noise-free estimators")
+        self.clips = private or clipped
         self.train_idx = np.asarray(data.splits["train"])
         self.n = len(self.train_idx)  # rows to sample from (and the ratios' length)
         self.size = spec.size_of(self.n)  # the public size: rates and normalisers (privacy/size.py)
@@ -174,6 +316,8 @@ class DroRun:
         self.clipped = 0
         self.clip_rows_seen = 0
         self.nonfinite = 0
+        # per release kind: [clipped rows, rows, sum of the clip norms used, releases]
+        self.by_kind: dict[str, list[float]] = {}
 
     # --- batches and releases ---------------------------------------------------------------
 
@@ -190,9 +334,9 @@ class DroRun:
         for kind in kinds:
             self.counts.setdefault(kind, 0)
 
-    def clip(self, release: Release, scale: float = 1.0) -> float | None:
-        """The clipping norm of a release (None: non-private, no clipping)."""
-        return release.clip * scale if self.private else None
+    def release_of(self, release: Release | None) -> Release | None:
+        """``release`` when this run clips (private, or a clipped reference), else None."""
+        return release if self.clips else None
 
     def gaussian(self, release: Release, sums: list[torch.Tensor], *, clip: float | None = None) -> list[torch.Tensor]:
         """``sums + N(0, (sigma C)^2)`` through the release layer (``clip``: the C actually used,
@@ -204,16 +348,35 @@ class DroRun:
         g = self.g_noise
         return releases.release(release.kind, lambda: [s + gaussian_noise(tuple(s.shape), std, g, dtype=s.dtype).to(s.device) for s in sums])
 
-    def note(self, clipped: torch.Tensor, rows: int, nonfinite: torch.Tensor | int = 0) -> None:
+    def note(self, clipped: torch.Tensor | int, rows: int, nonfinite: torch.Tensor | int = 0, *, kind: str | None = None,
+             clip: float | None = None) -> None:
+        """Count the clipped rows of one release (``kind``: per release, ``stats.clip_fraction_by_release``)."""
         self.clipped += int(clipped)
         self.clip_rows_seen += rows
         self.nonfinite += int(nonfinite)
+        if kind is not None and clip is not None:
+            entry = self.by_kind.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
+            entry[0] += int(clipped)
+            entry[1] += rows
+            entry[2] += clip
+            entry[3] += 1
 
-    def clip_rows(self, rows: torch.Tensor, clip: float | None) -> torch.Tensor:
+    def clip_rows(self, rows: torch.Tensor, clip: float | None, *, kind: str | None = None) -> torch.Tensor:
         """``sum_i clip(rows_i, C)`` of per-record dual terms (b, m) (plain sum when C is None)."""
         total, clipped = clip_rows(rows, clip)
-        self.note(clipped, len(rows))
+        self.note(clipped, len(rows), kind=kind, clip=clip)
         return total
+
+    def project(self, dual: torch.Tensor, *, eta_bound: float) -> torch.Tensor:
+        """The dual block onto its box: ``|eta| <= eta_bound`` (0: unbounded) and, for the
+        KL-constrained form, ``lambda0 <= lambda <= method.lambda_max`` (the paper's Assumption 3
+        bounds the conjugate's domain; post-processing, free)."""
+        dual = dual.clone()
+        if eta_bound > 0:
+            dual[0] = dual[0].clamp(-eta_bound, eta_bound)
+        if len(dual) > 1:
+            dual[1] = dual[1].clamp(min=self.objective.lambda0, max=max(self.spec.lambda_max, self.objective.lambda0))
+        return dual
 
     def losses(self, X: torch.Tensor, y: torch.Tensor, point: Point = None) -> torch.Tensor:
         return self.engine.losses(X, y, point).double()
@@ -297,6 +460,10 @@ class DroRun:
             stats={
                 "mean_batch_size": self.primal_rows / T,
                 "clip_fraction": self.clipped / max(self.clip_rows_seen, 1),
+                # per release: the fraction of clipped rows and the mean clip norm used (a clip
+                # norm that clips most rows, or none, is set wrong; docs/dro.md)
+                "clip_fraction_by_release": {k: v[0] / max(v[1], 1.0) for k, v in sorted(self.by_kind.items())},
+                "clip_norm_by_release": {k: v[2] / max(v[3], 1.0) for k, v in sorted(self.by_kind.items())},
                 "nonfinite_rows": float(self.nonfinite),
                 "time_per_step_ms": self.clock.steady_ms,
                 "first_step_ms": self.clock.first_ms,

@@ -48,7 +48,7 @@ way under ``objective=dro``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dp_accounting as dpa
@@ -57,7 +57,7 @@ from raco_cli.errors import ConfigError
 from raco_cli.methods.base import MethodSpec
 from raco_cli.methods.dro import sgda as sgda_loops
 from raco_cli.methods.dro import spider as spider_loops
-from raco_cli.methods.dro.common import DroRun, require_dro
+from raco_cli.methods.dro.common import DroRun, require_dro, theorem_phase
 from raco_cli.privacy import accountant, events
 
 
@@ -159,8 +159,21 @@ class DroMethod:
 
     def fit(self, data, model, constraints, spec, *, steps, seeds, device, reporter):
         self.validate(spec, constraints, data)
-        run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=self.PRIVATE)
-        return run.finish(self.algorithm(spec).loop(run, self.options(spec)))
+        o = self.options(spec)
+        run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=self.PRIVATE,
+                     clipped=not self.PRIVATE and bool(o.get("clipped", False)))
+        return run.finish(self.algorithm(spec).loop(run, o))
+
+    def resolve(self, spec: MethodSpec, *, n_train: int, eps: float | None, delta: float, dim: int) -> MethodSpec:
+        """``spec`` with ``options.phase=auto`` replaced by its value (called by the run before
+        planning, from public quantities: the training size, the budget and the model size;
+        :func:`~raco_cli.methods.dro.common.theorem_phase`), so the plan, the loop and the
+        records all see one integer."""
+        o = self.options(spec)
+        if o.get("phase") != "auto":
+            return spec
+        phase = theorem_phase(n=n_train, eps=eps, delta=delta, dim=dim, private=self.PRIVATE)
+        return replace(spec, options={**dict(spec.options), "phase": phase})
 
 
 dp_double_spider = DroMethod("dp_double_spider", (DOUBLE_SPIDER,))

@@ -52,12 +52,16 @@ import torch
 
 from raco_cli.methods.base import MethodSpec, read_options
 from raco_cli.methods.dro.common import (
+    NOISE_ALLOCATIONS,
     DroRun,
     RefreshDiffReleases,
     Release,
+    bool_option,
+    choice_option,
     integer_option,
     positive_options,
     refresh_steps,
+    x_clip_norm,
 )
 from raco_cli.methods.dro.engine import Term
 from raco_cli.objectives.dro import Lagrangian
@@ -66,6 +70,9 @@ SGDA_DEFAULTS: dict[str, Any] = {
     "dual_noise_multiplier": 3.0,  # sigma of the (eta, lambda) gradient sum
     "dual_clip_norm": 10.0,        # C of the per-record dual terms (r_i, psi(r_i))
     "lr_ratio": 0.5,               # ascent step of the per-record ratios r_i
+    "max_step": 0.0,               # > 0: |lr v_t| <= max_step (the normalised step)
+    "eta_bound": 100.0,            # |eta| <= eta_bound (0: unbounded); lambda <= method.lambda_max
+    "clipped": False,              # non-private sgda only: clip both sums as DP-SGDA does, no noise
 }  # fmt: skip
 
 DIFF_DEFAULTS: dict[str, Any] = {
@@ -79,12 +86,17 @@ DIFF_DEFAULTS: dict[str, Any] = {
     "dual_clip_norm": 10.0,
     "dual_diff_noise_multiplier": 3.0,
     "dual_diff_clip_norm": 5.0,
+    "noise_allocation": "configured",   # configured: the multipliers above, one factor; theorem: Theorem 5 per family (docs/dro.md)
+    "max_step": 0.0,
+    "eta_bound": 100.0,
 }  # fmt: skip
 
 
 def sgda_options(spec: MethodSpec, defaults: dict[str, Any] = SGDA_DEFAULTS) -> dict[str, Any]:
     o = read_options(spec, defaults)
-    positive_options(o, tuple(SGDA_DEFAULTS))
+    positive_options(o, ("dual_noise_multiplier", "dual_clip_norm", "lr_ratio", "max_step", "eta_bound"),
+                     allow_zero=("max_step", "eta_bound"))
+    bool_option(o, "clipped", "clip the non-private reference's sums as DP-SGDA does (no noise).")
     return o
 
 
@@ -92,7 +104,10 @@ def diff_options(spec: MethodSpec, defaults: dict[str, Any] = DIFF_DEFAULTS) -> 
     o = read_options(spec, defaults)
     o["phase"] = integer_option(o, "phase")
     o["inner_steps"] = integer_option(o, "inner_steps")
-    positive_options(o, tuple(k for k in DIFF_DEFAULTS if k not in ("phase", "inner_steps")), allow_zero=("diff_clip_scale",))
+    choice_option(o, "noise_allocation", NOISE_ALLOCATIONS,
+                  "theorem: each release family's noise multiplier from Theorem 5 (docs/dro.md); configured: the options' multipliers")
+    numbers = tuple(k for k in DIFF_DEFAULTS if k not in ("phase", "inner_steps", "noise_allocation"))
+    positive_options(o, numbers, allow_zero=("diff_clip_scale", "max_step", "eta_bound"))
     return o
 
 
@@ -102,9 +117,10 @@ class SgdaReleases:
     dual: Release
 
     @classmethod
-    def of(cls, spec: MethodSpec, o: dict[str, Any]) -> SgdaReleases:
-        return cls(Release("gaussian_x", spec.required("clip_norm"), spec.required("noise_multiplier")),
-                   Release("gaussian_dual", o["dual_clip_norm"], o["dual_noise_multiplier"]))
+    def of(cls, spec: MethodSpec, o: dict[str, Any], *, private: bool = True) -> SgdaReleases:
+        """The two releases (``private=False``: the clip norms of a clipped reference, no noise)."""
+        return cls(Release("gaussian_x", x_clip_norm(spec), spec.required("noise_multiplier") if private else 0.0),
+                   Release("gaussian_dual", o["dual_clip_norm"], o["dual_noise_multiplier"] if private else 0.0))
 
 
 def sgda_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
@@ -113,8 +129,14 @@ def sgda_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, An
     return dpa.SelfComposedDpEvent(step, int(steps))
 
 
+def diff_releases(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any], *, private: bool = True) -> RefreshDiffReleases:
+    """PrivateDiff's four releases (every round on one Poisson sample at q)."""
+    return RefreshDiffReleases.of(spec, o, refresh_rate=sample_rate, diff_rate=sample_rate, steps=steps,
+                                  refreshes=refresh_steps(steps, o["phase"]), private=private)
+
+
 def diff_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
-    rel = RefreshDiffReleases.of(spec, o)
+    rel = diff_releases(spec, sample_rate, steps, o)
 
     def joint(a: Release, b: Release) -> dpa.DpEvent:
         return dpa.PoissonSampledDpEvent(sample_rate, dpa.ComposedDpEvent([dpa.GaussianDpEvent(a.sigma), dpa.GaussianDpEvent(b.sigma)]))
@@ -126,9 +148,9 @@ def diff_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, An
     return dpa.ComposedDpEvent(parts)
 
 
-def _init(run: DroRun) -> tuple[Lagrangian, torch.Tensor, torch.Tensor]:
+def _init(run: DroRun, o: dict[str, Any]) -> tuple[Lagrangian, torch.Tensor, torch.Tensor]:
     lag = Lagrangian.of(run.objective)
-    dual = torch.tensor([0.0, run.objective.lam][: lag.dual_dim], dtype=torch.float64)
+    dual = run.project(torch.tensor([0.0, run.objective.lam][: lag.dual_dim], dtype=torch.float64), eta_bound=o["eta_bound"])
     ratios = torch.ones(run.n, dtype=torch.float64, device=run.device)  # r_i = n p_i, uniform p
     return lag, dual, ratios
 
@@ -137,19 +159,18 @@ def _lam(run: DroRun, dual: torch.Tensor) -> float:
     return float(dual[1]) if len(dual) > 1 else run.objective.lam
 
 
-def _dual_step(run: DroRun, lag: Lagrangian, dual: torch.Tensor, mean_terms: torch.Tensor) -> torch.Tensor:
+def _dual_step(run: DroRun, lag: Lagrangian, dual: torch.Tensor, mean_terms: torch.Tensor, eta_bound: float) -> torch.Tensor:
     """``(eta, lambda) <- (eta, lambda) - lr_dual lambda_t grad`` (the step scales with lambda, as
-    Double-SPIDER's: the curvature in eta is proportional to 1/lambda), lambda onto [lambda0, inf)."""
+    Double-SPIDER's: the curvature in eta is proportional to 1/lambda), then onto the box
+    ``|eta| <= eta_bound``, ``lambda0 <= lambda <= lambda_max`` (:meth:`DroRun.project`)."""
     dual = dual - run.spec.lr_dual * _lam(run, dual) * lag.dual_gradient(mean_terms.to(dual.dtype).cpu())
-    if len(dual) > 1:
-        dual[1] = dual[1].clamp(min=run.objective.lambda0)
-    return dual
+    return run.project(dual, eta_bound=eta_bound)
 
 
 def run_sgda(run: DroRun, o: dict[str, Any]) -> list[float]:
     """(DP-)SGDA on the Lagrangian (module docstring); returns the final (eta[, lambda])."""
-    lag, dual, ratios = _init(run)
-    rel = SgdaReleases.of(run.spec, o) if run.private else None
+    lag, dual, ratios = _init(run, o)
+    rel = SgdaReleases.of(run.spec, o, private=run.private) if run.clips else None
     expected = run.q * run.size
     run.declare("gaussian_x", "gaussian_dual")
     run.record(0, dual.tolist())
@@ -162,15 +183,15 @@ def run_sgda(run: DroRun, o: dict[str, Any]) -> list[float]:
         r = lag.ascent(ratios.index_select(0, idx), ell, float(dual[0]), _lam(run, dual), o["lr_ratio"])
         ratios[idx] = r  # hidden, never released
         res = run.engine.clipped_sum(X, y, [(None, r)], None if rel is None else rel.x.clip)
-        run.note(res.clipped, len(y), res.nonfinite)
-        d_sum = run.clip_rows(lag.dual_terms(r), None if rel is None else rel.dual.clip)
+        run.note(res.clipped, len(y), res.nonfinite, kind=None if rel is None else rel.x.kind, clip=None if rel is None else rel.x.clip)
+        d_sum = run.clip_rows(lag.dual_terms(r), None if rel is None else rel.dual.clip, kind=None if rel is None else rel.dual.kind)
         if rel is not None:
             sums = run.gaussian(rel.x, res.grads)
             d_sum = run.gaussian(rel.dual, [d_sum])[0]
         else:
             sums = res.grads
-        run.step([s / expected for s in sums])
-        dual = _dual_step(run, lag, dual, d_sum / expected)
+        run.step([s / expected for s in sums], max_step=o["max_step"])
+        dual = _dual_step(run, lag, dual, d_sum / expected, o["eta_bound"])
         run.tick(t + 1, t0, len(y))
         if run.should_record(t + 1):
             run.record(t + 1, dual.tolist())
@@ -179,8 +200,8 @@ def run_sgda(run: DroRun, o: dict[str, Any]) -> list[float]:
 
 def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
     """PrivateDiff Minimax adapted to the DRO Lagrangian (module docstring)."""
-    lag, dual, ratios = _init(run)
-    rel = RefreshDiffReleases.of(run.spec, o) if run.private else None
+    lag, dual, ratios = _init(run, o)
+    rel = diff_releases(run.spec, run.q, run.steps, o) if run.private else None
     expected = run.q * run.size
     run.declare("gaussian_x_refresh", "gaussian_x_diff", "gaussian_dual_refresh", "gaussian_dual_diff")
     x_prev: list[torch.Tensor] | None = None
@@ -209,8 +230,8 @@ def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
             rx, rd = (None, None) if rel is None else (rel.x_diff, rel.dual_diff)
             clip_x = None if rx is None else rx.clip + o["diff_clip_scale"] * run.distance(x_prev)
         res = run.engine.clipped_sum(X, y, terms, clip_x)
-        run.note(res.clipped, len(y), res.nonfinite)
-        d_sum = run.clip_rows(d_rows, None if rd is None else rd.clip)
+        run.note(res.clipped, len(y), res.nonfinite, kind=None if rx is None else rx.kind, clip=clip_x)
+        d_sum = run.clip_rows(d_rows, None if rd is None else rd.clip, kind=None if rd is None else rd.kind)
         sums = res.grads
         if rx is not None and rd is not None:  # line 8: noise on each d_r
             sums = run.gaussian(rx, sums, clip=clip_x)
@@ -218,8 +239,8 @@ def run_private_diff(run: DroRun, o: dict[str, Any]) -> list[float]:
         v_x = [s / expected for s in sums] if refresh or v_x is None else [a + s / expected for a, s in zip(v_x, sums)]
         v_d = d_sum / expected if refresh or v_d is None else v_d + d_sum / expected
         x_prev = run.engine.snapshot()
-        run.step(v_x)  # line 9
-        dual = _dual_step(run, lag, dual, v_d)
+        run.step(v_x, max_step=o["max_step"])  # line 9
+        dual = _dual_step(run, lag, dual, v_d, o["eta_bound"])
         run.tick(t + 1, t0, len(y))
         if run.should_record(t + 1):
             run.record(t + 1, dual.tolist())

@@ -70,79 +70,99 @@ from typing import Any
 import dp_accounting as dpa
 import torch
 
+from raco_cli.errors import ConfigError
 from raco_cli.methods.base import MethodSpec, read_options
 from raco_cli.methods.dro.common import (
+    NOISE_ALLOCATIONS,
     DroRun,
     RefreshDiffReleases,
     Release,
-    integer_option,
+    bool_option,
+    choice_option,
+    family_multiplier,
+    phase_of,
+    phase_option,
     positive_options,
+    refresh_option,
     refresh_steps,
+    x_clip_norm,
 )
 from raco_cli.methods.dro.engine import Term
 from raco_cli.objectives.dro import Compositional, DualForm
 
 DOUBLE_DEFAULTS: dict[str, Any] = {
-    "phase": 10,                        # q: a large-batch refresh every q steps
-    "refresh_batch_factor": 4.0,        # N1 = N3 = factor x method.batch_size (N2 = N4 = batch_size)
-    "diff_noise_multiplier": 3.0,       # sigma_4: x corrections (method.noise_multiplier: sigma_3, x refreshes)
-    "diff_clip_norm": 1.0,              # C_4 (method.clip_norm: C_3)
-    "dual_noise_multiplier": 3.0,       # sigma_1: eta (and lambda) refreshes
+    "phase": "auto",                    # q: a refresh every q steps; auto: Theorem 7's q = (n eps / sqrt(d log 1/delta))^(2/3)
+    "refresh_batch_factor": "full",     # N1 = N3: full = every row (Theorems 7-8: b1 = n), or factor x method.batch_size
+    "noise_allocation": "theorem",      # theorem: each release family's multiplier z max(1, r sqrt(k)) (Theorem 5), z calibrated;
+                                        # configured: the *_noise_multiplier options below, all scaled by one factor
+    "diff_noise_multiplier": 3.0,       # sigma_4: x corrections (configured; method.noise_multiplier: sigma_3, x refreshes)
+    "diff_clip_norm": 0.01,             # C_4, the floor of the x corrections' clip norm
+    "diff_clip_scale": 2.0,             # C_4 = max(floor, scale |(x_t, eta_{t+1}) - (x_{t-1}, eta_t)|) (Theorem 6); 0: fixed C_4
+    "dual_noise_multiplier": 3.0,       # sigma_1: eta (and lambda) refreshes (configured)
     "dual_clip_norm": 10.0,             # C_1 (the terms (psi*)'(u_i) are worst-case weights, mean 1)
-    "dual_diff_noise_multiplier": 3.0,  # sigma_2: eta corrections
-    "dual_diff_clip_norm": 5.0,         # C_2
-    "diff_clip_scale": 0.0,             # > 0: correction clip norms scale * |iterate difference| + C
-    "max_step": 0.0,                    # > 0: |beta_t v_t| <= max_step (normalised step)
+    "dual_diff_noise_multiplier": 3.0,  # sigma_2: eta corrections (configured)
+    "dual_diff_clip_norm": 0.01,        # C_2, the floor of the dual corrections' clip norm
+    "dual_diff_clip_scale": 2.0,        # C_2 = max(floor, scale |(x_t, eta_t) - (x_{t-1}, eta_{t-1})|); 0: fixed C_2
+    "max_step": 0.0,                    # > 0: |beta_t v_t| <= max_step (Theorem 7's normalised step beta_t)
+    "eta_bound": 100.0,                 # |eta| <= eta_bound (Assumption 3: a bounded dual; 0: unbounded); lambda <= method.lambda_max
+    "clipped": False,                   # non-private spider only: clip every estimator as the private method does, no noise
 }  # fmt: skip
 
 RECURSIVE_DEFAULTS: dict[str, Any] = {
-    "phase": 10,
-    "refresh_batch_factor": 4.0,          # b1 = b3 = factor x batch_size; b2 = b4 = batch_size
-    "diff_noise_multiplier": 3.0,         # sigma_2: v corrections (method.noise_multiplier: sigma_1, v refreshes)
-    "diff_clip_norm": 1.0,                # C_2 (method.clip_norm: C_1)
-    "lambda_noise_multiplier": 3.0,       # sigma_3: u refreshes
+    "phase": "auto",
+    "refresh_batch_factor": "full",       # b1 = b3: full = every row (Theorem 8: b1 = n), or factor x batch_size; b2 = b4 = batch_size
+    "noise_allocation": "theorem",
+    "diff_noise_multiplier": 3.0,         # sigma_2: v corrections (configured; method.noise_multiplier: sigma_1, v refreshes)
+    "diff_clip_norm": 0.01,               # C_2, the floor of the v corrections' clip norm
+    "diff_clip_scale": 2.0,               # C_2 = max(floor, scale |w_t - w_{t-1}|) (Theorem 8: L |w_t - w_{t-1}|); 0: fixed
+    "lambda_noise_multiplier": 3.0,       # sigma_3: u refreshes (configured)
     "lambda_clip_norm": 10.0,             # C_3
-    "lambda_diff_noise_multiplier": 3.0,  # sigma_4: u corrections
-    "lambda_diff_clip_norm": 5.0,         # C_4
-    "s_noise_multiplier": 3.0,            # sigma_s of line 16
+    "lambda_diff_noise_multiplier": 3.0,  # sigma_4: u corrections (configured)
+    "lambda_diff_clip_norm": 0.01,        # C_4, the floor of the u corrections' clip norm
+    "lambda_diff_clip_scale": 2.0,        # C_4 = max(floor, scale |w_t - w_{t-1}|); 0: fixed C_4
+    "s_noise_multiplier": 3.0,            # sigma_s of line 16 (configured)
     "s_clip_norm": 10.0,                  # C_5: g_i = exp((l_i - c) / lambda) is clipped to [0, C_5]
     "s_batch_size": 128.0,                # expected size of line 16's Poisson batch (the paper: 1)
     "storm_beta": 0.2,                    # beta_t (constant)
     "storm": True,                        # STORM correction at w_{t-1} (false: line 16 as printed)
     "s_floor": 0.1,                       # s is used as max(s, s_floor) in line 18 (log s, lambda / s); s ~ 1 with the shift
     "shift": True,                        # g_i = exp((l_i - c)/lambda), c re-centred at refreshes (false: c = 0, the paper's)
-    "diff_clip_scale": 0.0,
     "max_step": 0.0,
+    "clipped": False,
 }  # fmt: skip
 
-_NUMBERS_DOUBLE = ("refresh_batch_factor", "diff_noise_multiplier", "diff_clip_norm", "dual_noise_multiplier", "dual_clip_norm",
-                   "dual_diff_noise_multiplier", "dual_diff_clip_norm", "diff_clip_scale", "max_step")
-_NUMBERS_RECURSIVE = ("refresh_batch_factor", "diff_noise_multiplier", "diff_clip_norm", "lambda_noise_multiplier",
-                      "lambda_clip_norm", "lambda_diff_noise_multiplier", "lambda_diff_clip_norm", "s_noise_multiplier",
-                      "s_clip_norm", "s_batch_size", "storm_beta", "s_floor", "diff_clip_scale", "max_step")
+_NUMBERS_DOUBLE = ("diff_noise_multiplier", "diff_clip_norm", "dual_noise_multiplier", "dual_clip_norm",
+                   "dual_diff_noise_multiplier", "dual_diff_clip_norm", "diff_clip_scale", "dual_diff_clip_scale", "max_step",
+                   "eta_bound")
+_NUMBERS_RECURSIVE = ("diff_noise_multiplier", "diff_clip_norm", "lambda_noise_multiplier", "lambda_clip_norm",
+                      "lambda_diff_noise_multiplier", "lambda_diff_clip_norm", "s_noise_multiplier", "s_clip_norm", "s_batch_size",
+                      "storm_beta", "s_floor", "diff_clip_scale", "lambda_diff_clip_scale", "max_step")
+_ALLOCATION = "theorem: each release family's noise multiplier from Theorem 5 (docs/dro.md); configured: the options' multipliers"
+
+
+def _common_options(o: dict[str, Any]) -> None:
+    o["phase"] = phase_option(o)
+    o["refresh_batch_factor"] = refresh_option(o)
+    choice_option(o, "noise_allocation", NOISE_ALLOCATIONS, _ALLOCATION)
+    bool_option(o, "clipped", "clip the non-private reference's estimators as the private method does (no noise).")
 
 
 def double_options(spec: MethodSpec, defaults: dict[str, Any] = DOUBLE_DEFAULTS) -> dict[str, Any]:
     o = read_options(spec, defaults)
-    o["phase"] = integer_option(o, "phase")
-    positive_options(o, _NUMBERS_DOUBLE, allow_zero=("diff_clip_scale", "max_step"))
+    _common_options(o)
+    positive_options(o, _NUMBERS_DOUBLE, allow_zero=("diff_clip_scale", "dual_diff_clip_scale", "max_step", "eta_bound"))
     return o
 
 
 def recursive_options(spec: MethodSpec, defaults: dict[str, Any] = RECURSIVE_DEFAULTS) -> dict[str, Any]:
     o = read_options(spec, defaults)
-    o["phase"] = integer_option(o, "phase")
-    positive_options(o, _NUMBERS_RECURSIVE, allow_zero=("diff_clip_scale", "max_step"))
+    _common_options(o)
+    positive_options(o, _NUMBERS_RECURSIVE, allow_zero=("diff_clip_scale", "lambda_diff_clip_scale", "max_step"))
     if not 0 < o["storm_beta"] <= 1:
-        from raco_cli.errors import ConfigError
-
         raise ConfigError(f"method.options.storm_beta must be in (0, 1] (got method.options.storm_beta={o['storm_beta']}); "
                           "the STORM weight beta_t of line 16.")
     for key in ("storm", "shift"):
-        if not isinstance(o[key], bool):
-            from raco_cli.errors import ConfigError
-
-            raise ConfigError(f"method.options.{key} must be true or false (got method.options.{key}={o[key]!r}).")
+        bool_option(o, key)
     return o
 
 
@@ -156,9 +176,12 @@ class Rates:
 
 
 def rates(spec: MethodSpec, sample_rate: float, o: dict[str, Any]) -> Rates:
-    """From q = B / n: refresh ``min(1, factor q)``, corrections q, line 16 ``s_batch_size q / B``."""
+    """From q = B / n: refresh 1 (``full``) or ``min(1, factor q)``, corrections q, line 16
+    ``s_batch_size q / B``."""
     s = min(1.0, o["s_batch_size"] * sample_rate / spec.batch_size) if "s_batch_size" in o else 0.0
-    return Rates(refresh=min(1.0, o["refresh_batch_factor"] * sample_rate), diff=sample_rate, s=s)
+    factor = o["refresh_batch_factor"]
+    refresh = 1.0 if factor == "full" else min(1.0, float(factor) * sample_rate)
+    return Rates(refresh=refresh, diff=sample_rate, s=s)
 
 
 # --- Algorithm 2 -------------------------------------------------------------------------------
@@ -176,29 +199,29 @@ def _ps(q: float, release: Release) -> dpa.DpEvent:
     return dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(release.sigma))
 
 
+def double_releases(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any], *, private: bool = True) -> RefreshDiffReleases:
+    """Algorithm 2's four releases of a run of ``steps`` steps (noise per family: ``noise_allocation``)."""
+    r = rates(spec, sample_rate, o)
+    return RefreshDiffReleases.of(spec, o, refresh_rate=r.refresh, diff_rate=r.diff, steps=steps,
+                                  refreshes=refresh_steps(steps, phase_of(o)), private=private)
+
+
 def double_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
-    r, rel = rates(spec, sample_rate, o), RefreshDiffReleases.of(spec, o)
+    r, rel = rates(spec, sample_rate, o), double_releases(spec, sample_rate, steps, o)
     refresh = dpa.ComposedDpEvent([_ps(r.refresh, rel.dual_refresh), _ps(r.refresh, rel.x_refresh)])
     diff = dpa.ComposedDpEvent([_ps(r.diff, rel.dual_diff), _ps(r.diff, rel.x_diff)])
-    return _two_phase_event(refresh, diff, steps, o["phase"])
-
-
-def _project_dual(dual: torch.Tensor, lambda0: float) -> torch.Tensor:
-    if len(dual) > 1:
-        dual = dual.clone()
-        dual[1] = dual[1].clamp(min=lambda0)
-    return dual
+    return _two_phase_event(refresh, diff, steps, phase_of(o))
 
 
 def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
     """Algorithm 2 on ``run`` (module docstring); returns the final dual block."""
     spec, objective = run.spec, run.objective
     form = DualForm.of(objective)
-    rel = RefreshDiffReleases.of(spec, o) if run.private else None
+    rel = double_releases(spec, run.q, run.steps, o, private=run.private) if run.clips else None
     r = rates(spec, run.q, o)
-    n = run.size  # expected batch = rate x the public size
+    n, phase = run.size, phase_of(o)
     run.declare("gaussian_dual_refresh", "gaussian_dual_diff", "gaussian_x_refresh", "gaussian_x_diff")
-    dual = torch.tensor([0.0, objective.lam][: form.dual_dim], dtype=torch.float64)
+    dual = run.project(torch.tensor([0.0, objective.lam][: form.dual_dim], dtype=torch.float64), eta_bound=o["eta_bound"])
     lam_of = (lambda d: float(d[1])) if form.variable_lambda else (lambda d: objective.lam)  # noqa: E731
     x_prev: list[torch.Tensor] | None = None
     dual_prev = dual.clone()
@@ -207,7 +230,7 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
     run.record(0, dual.tolist())
     for t in range(run.steps):
         t0 = time.perf_counter()
-        refresh = t % o["phase"] == 0 or x_prev is None
+        refresh = t % phase == 0 or x_prev is None
         eta, lam = float(dual[0]), lam_of(dual)
         # lines 3-8: the dual block
         _, X, y = run.sample(r.refresh if refresh else r.diff)
@@ -219,12 +242,12 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
             assert x_prev is not None
             rows = form.dual_terms(ell, eta, lam) - form.dual_terms(run.losses(X, y, x_prev), float(dual_prev[0]), lam_of(dual_prev))
             release, expected = (rel.dual_diff if rel else None), r.diff * n
-        clip = _clip_norm(run, o, release, None if refresh else x_prev, dual - dual_prev)
-        total = run.clip_rows(rows, clip)
+        clip = _clip_norm(run, release, None if refresh else x_prev, dual - dual_prev)
+        total = run.clip_rows(rows, clip, kind=None if release is None else release.kind)
         if release is not None:
             total = run.gaussian(release, [total], clip=clip)[0]
         g_mean = total / expected if refresh or g_mean is None else g_mean + total / expected
-        dual_next = _project_dual(dual - spec.lr_dual * lam * form.dual_gradient(g_mean), objective.lambda0)
+        dual_next = run.project(dual - spec.lr_dual * lam * form.dual_gradient(g_mean), eta_bound=o["eta_bound"])
         # lines 9-14: x at (x_t, eta_{t+1}), corrections against (x_{t-1}, eta_t)
         _, X, y = run.sample(r.refresh if refresh else r.diff, primal=True)
         w_now = form.x_weights(run.losses(X, y), float(dual_next[0]), lam_of(dual_next))
@@ -235,9 +258,9 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
             w_prev = form.x_weights(run.losses(X, y, x_prev), eta, lam)
             terms = [(None, w_now), (x_prev, -w_prev)]
             release, expected = (rel.x_diff if rel else None), r.diff * n
-        clip = _clip_norm(run, o, release, None if refresh else x_prev, dual_next - dual)
+        clip = _clip_norm(run, release, None if refresh else x_prev, dual_next - dual)
         res = run.engine.clipped_sum(X, y, terms, clip)
-        run.note(res.clipped, len(y), res.nonfinite)
+        run.note(res.clipped, len(y), res.nonfinite, kind=None if release is None else release.kind, clip=clip)
         sums = res.grads if release is None else run.gaussian(release, res.grads, clip=clip)
         v = [s / expected for s in sums] if refresh or v is None else [a + s / expected for a, s in zip(v, sums)]
         x_prev, dual_prev = run.engine.snapshot(), dual
@@ -249,16 +272,15 @@ def run_double(run: DroRun, o: dict[str, Any]) -> list[float]:
     return dual.tolist()
 
 
-def _clip_norm(run: DroRun, o: dict[str, Any], release: Release | None, x_prev: list[torch.Tensor] | None,
-               dual_step: torch.Tensor) -> float | None:
-    """The clip norm of a release: C, or for a correction with ``diff_clip_scale > 0``
-    ``C + scale |(x_t - x_{t-1}, dual difference)|`` (released iterates only); None when not private."""
+def _clip_norm(run: DroRun, release: Release | None, x_prev: list[torch.Tensor] | None, dual_step: torch.Tensor) -> float | None:
+    """The clip norm of a release: None without clipping; a refresh's C; a correction's
+    ``max(C, scale |(x_t - x_{t-1}, dual difference)|)`` (:meth:`Release.clip_at`; released
+    iterates only)."""
     if release is None:
         return None
-    scale = o["diff_clip_scale"]
-    if scale <= 0 or x_prev is None:
+    if x_prev is None:
         return release.clip
-    return release.clip + scale * (run.distance(x_prev) ** 2 + float((dual_step**2).sum())) ** 0.5
+    return release.clip_at((run.distance(x_prev) ** 2 + float((dual_step**2).sum())) ** 0.5)
 
 
 # --- Algorithm 3 -------------------------------------------------------------------------------
@@ -275,33 +297,51 @@ class Recursive:
     s: Release
 
     @classmethod
-    def releases(cls, spec: MethodSpec, o: dict[str, Any]) -> Recursive:
+    def releases(cls, spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any], *, private: bool = True) -> Recursive:
+        """The releases of a run of ``steps`` steps (noise per family: ``noise_allocation``, as
+        :class:`~raco_cli.methods.dro.common.RefreshDiffReleases`)."""
+        r = rates(spec, sample_rate, o)
+        n_ref = refresh_steps(steps, phase_of(o))
+        n_diff = max(steps - n_ref, 0)
+        theorem = o["noise_allocation"] == "theorem"
+
+        def sigma(key: str | None, rate: float, count: int) -> float:
+            if not private:
+                return 0.0
+            if theorem:
+                return family_multiplier(spec.required("noise_multiplier"), rate, count)
+            return spec.required("noise_multiplier") if key is None else float(o[key])
+
         return cls(
-            v_refresh=Release("gaussian_v_refresh", spec.required("clip_norm"), spec.required("noise_multiplier")),
-            v_diff=Release("gaussian_v_diff", o["diff_clip_norm"], o["diff_noise_multiplier"]),
-            u_refresh=Release("gaussian_u_refresh", o["lambda_clip_norm"], o["lambda_noise_multiplier"]),
-            u_diff=Release("gaussian_u_diff", o["lambda_diff_clip_norm"], o["lambda_diff_noise_multiplier"]),
-            s=Release("gaussian_s", o["s_clip_norm"], o["s_noise_multiplier"]),
+            v_refresh=Release("gaussian_v_refresh", x_clip_norm(spec), sigma(None, r.refresh, n_ref)),
+            v_diff=Release("gaussian_v_diff", o["diff_clip_norm"], sigma("diff_noise_multiplier", r.diff, n_diff),
+                           scale=o["diff_clip_scale"]),
+            u_refresh=Release("gaussian_u_refresh", o["lambda_clip_norm"], sigma("lambda_noise_multiplier", r.refresh, n_ref)),
+            u_diff=Release("gaussian_u_diff", o["lambda_diff_clip_norm"], sigma("lambda_diff_noise_multiplier", r.diff, n_diff),
+                           scale=o["lambda_diff_clip_scale"]),
+            s=Release("gaussian_s", o["s_clip_norm"], sigma("s_noise_multiplier", r.s, steps)),
         )
 
 
 def recursive_event(spec: MethodSpec, sample_rate: float, steps: int, o: dict[str, Any]) -> dpa.DpEvent:
-    r, rel = rates(spec, sample_rate, o), Recursive.releases(spec, o)
+    r, rel = rates(spec, sample_rate, o), Recursive.releases(spec, sample_rate, steps, o)
     s = _ps(r.s, rel.s)
     refresh = dpa.ComposedDpEvent([_ps(r.refresh, rel.v_refresh), _ps(r.refresh, rel.u_refresh), s])
     diff = dpa.ComposedDpEvent([_ps(r.diff, rel.v_diff), _ps(r.diff, rel.u_diff), s])
-    return _two_phase_event(refresh, diff, steps, o["phase"])
+    return _two_phase_event(refresh, diff, steps, phase_of(o))
 
 
 def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
     """Algorithm 3 on ``run`` (module docstring); returns ``[lambda]``."""
     spec, objective = run.spec, run.objective
     comp = Compositional.of(objective)
-    rel = Recursive.releases(spec, o) if run.private else None
+    rel = Recursive.releases(spec, run.q, run.steps, o, private=run.private) if run.clips else None
     r = rates(spec, run.q, o)
-    n = run.size  # expected batch = rate x the public size
+    n, phase = run.size, phase_of(o)
+    lam_max = max(spec.lambda_max, objective.lambda0)
     run.declare("gaussian_v_refresh", "gaussian_v_diff", "gaussian_u_refresh", "gaussian_u_diff", "gaussian_s")
-    lam, lam_prev = objective.lam, objective.lam
+    lam = min(max(objective.lam, objective.lambda0), lam_max)
+    lam_prev = lam
     x_prev: list[torch.Tensor] | None = None
     v: list[torch.Tensor] | None = None
     u = 0.0
@@ -311,7 +351,7 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
     run.record(0, [lam])
     for t in range(run.steps):
         t0 = time.perf_counter()
-        refresh = t % o["phase"] == 0 or x_prev is None
+        refresh = t % phase == 0 or x_prev is None
         step_rate, expected = (r.refresh, r.refresh * n) if refresh else (r.diff, r.diff * n)
         if refresh and o["shift"] and s is not None:  # re-centre: s estimated mean exp((l - c)/lambda_{t-1})
             c, s = c + lam_prev * math.log(max(s, o["s_floor"])), 1.0
@@ -322,9 +362,9 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         if not refresh:
             terms.append((x_prev, -comp.x_weights(run.losses(X, y, x_prev), lam_prev, c)))
         release = None if rel is None else (rel.v_refresh if refresh else rel.v_diff)
-        clip = _clip_norm(run, o, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
+        clip = _clip_norm(run, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
         res = run.engine.clipped_sum(X, y, terms, clip)
-        run.note(res.clipped, len(y), res.nonfinite)
+        run.note(res.clipped, len(y), res.nonfinite, kind=None if release is None else release.kind, clip=clip)
         sums = res.grads if release is None else run.gaussian(release, res.grads, clip=clip)
         v = [g / expected for g in sums] if refresh or v is None else [a + g / expected for a, g in zip(v, sums)]
         # u: mean d g / d lambda at w_t (lines 8, 14)
@@ -333,8 +373,8 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         if not refresh:
             rows = rows - comp.lam_terms(run.losses(X, y, x_prev), lam_prev, c)[:, None]
         release = None if rel is None else (rel.u_refresh if refresh else rel.u_diff)
-        clip = _clip_norm(run, o, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
-        total = run.clip_rows(rows, clip)
+        clip = _clip_norm(run, release, None if refresh else x_prev, torch.tensor([lam - lam_prev]))
+        total = run.clip_rows(rows, clip, kind=None if release is None else release.kind)
         if release is not None:
             total = run.gaussian(release, [total], clip=clip)[0]
         u = float(total[0]) / expected if refresh else u + float(total[0]) / expected
@@ -349,7 +389,7 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
             h = c_now - (1.0 - beta) * _capped(comp.g(run.losses(X, y, x_prev), lam_prev, c), c_cap)
         else:  # line 16 as printed: both terms at w_t
             h = beta * c_now
-        total = run.clip_rows(h[:, None], c_cap)
+        total = run.clip_rows(h[:, None], c_cap, kind=None if rel is None else rel.s.kind)
         if rel is not None:
             total = run.gaussian(rel.s, [total])[0]
         fresh = float(total[0]) / (r.s * n)
@@ -358,7 +398,7 @@ def run_recursive(run: DroRun, o: dict[str, Any]) -> list[float]:
         zx, zl = comp.direction(max(s, o["s_floor"]), v, u, lam)
         x_prev, lam_prev = run.engine.snapshot(), lam
         run.step(zx, max_step=o["max_step"])
-        lam = max(objective.lambda0, lam - spec.lr_dual * lam * zl)
+        lam = min(max(objective.lambda0, lam - spec.lr_dual * lam * zl), lam_max)
         run.tick(t + 1, t0, batch_rows)
         if run.should_record(t + 1):
             run.record(t + 1, [lam])

@@ -30,8 +30,10 @@ def validate(spec: MethodSpec, constraints, data=None) -> None:
 
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
     if spec.objective.is_dro:
-        run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=False)
-        return run.finish(dro_sgda.run_sgda(run, dro_sgda.sgda_options(spec)))
+        o = dro_sgda.sgda_options(spec)
+        run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=False,
+                     clipped=o["clipped"])
+        return run.finish(dro_sgda.run_sgda(run, o))
     return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
 
 

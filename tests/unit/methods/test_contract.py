@@ -37,6 +37,10 @@ def spec_for(name, **kw):
         base.update(steps=20, calibrate_noise=True, lr=1.0)
     if "erm" not in methods.objectives_of(name):  # the DRO methods (KL-constrained, eq. 5)
         base.update(objective=ObjectiveSpec("dro", divergence="kl"), lr=0.5)
+        if "phase" in getattr(m, "DEFAULTS", {}):  # phase=auto is resolved by the run (n, eps, delta, model size)
+            base.update(options={"phase": 7})
+        if m.PRIVATE and getattr(m, "DEFAULTS", {}).get("noise_allocation") == "theorem":  # z calibrated for a fixed T
+            base.update(steps=30, calibrate_noise=True)
     base.update(kw)
     return MethodSpec(**base)
 
@@ -107,7 +111,11 @@ def test_contract(name, synthetic):
 def test_empty_poisson_batches_are_survived(name, synthetic):
     # batch_size 1 on ~1700 rows: most steps draw an empty batch
     full_batch = getattr(methods.get(name), "FULL_BATCH", False)
-    p, res = run(name, synthetic, batch_size=1, steps=40, max_steps=40, eps=2.0 if full_batch else 50.0)
+    # the SPIDER methods refresh on every row by default: refreshes on 4 x B rows here
+    extra: dict = {}
+    if "refresh_batch_factor" in getattr(methods.get(name), "DEFAULTS", {}):
+        extra = {"options": {"phase": 7, "refresh_batch_factor": 4.0, "noise_allocation": "configured"}, "calibrate_noise": False}
+    p, res = run(name, synthetic, batch_size=1, steps=40, max_steps=40, eps=2.0 if full_batch else 50.0, **extra)
     if full_batch:  # no sampling: every step sees every row
         assert p.sample_rate == 1.0 and res.stats["mean_batch_size"] == len(synthetic.splits["train"])
     else:

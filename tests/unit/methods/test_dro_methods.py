@@ -144,13 +144,15 @@ def _neighbour(data: TabularData) -> TabularData:
 
 
 PRIVATE_CASES = [
-    ("dp_double_spider", KL, {"phase": 3}),
-    ("dp_double_spider", CHI2, {"phase": 3, "diff_clip_scale": 0.5}),
+    ("dp_double_spider", KL, {"phase": 3}),  # the defaults: full refreshes, adaptive correction clips, theorem noise
+    ("dp_double_spider", CHI2, {"phase": 3, "refresh_batch_factor": 4.0, "diff_clip_scale": 0.5, "dual_diff_clip_scale": 0.0}),
+    ("dp_double_spider", KL, {"phase": 3, "diff_clip_scale": 0.0, "dual_diff_clip_scale": 0.0, "diff_clip_norm": 1.0,
+                              "dual_diff_clip_norm": 5.0, "noise_allocation": "configured", "max_step": 0.05}),
     ("dp_recursive_spider", KL, {"phase": 3}),
-    ("dp_recursive_spider", KL, {"phase": 3, "storm": False, "shift": False}),
+    ("dp_recursive_spider", KL, {"phase": 3, "storm": False, "shift": False, "refresh_batch_factor": 4.0}),
     ("dp_sgda", KL, {}),
     ("dp_private_diff", KL, {"phase": 3}),
-    ("dp_private_diff", ObjectiveSpec("dro", divergence="cvar", alpha=0.2), {"phase": 3}),
+    ("dp_private_diff", ObjectiveSpec("dro", divergence="cvar", alpha=0.2), {"phase": 3, "noise_allocation": "theorem"}),
 ]
 
 
@@ -177,6 +179,19 @@ def test_every_release_moves_by_at_most_its_clip_norm(small, monkeypatch, name, 
         observed.append((rel.kind, [s.clone() for s in sums], c))
         return [v.clone() for v in values]  # continue on D's transcript
 
+    init = dro_common.DroRun.__init__
+    public = {}
+
+    def same_public_size(self, *args, **kw):
+        # the neighbour has one more row; the training size the rates and normalisers use is
+        # public (q = B / n), so both runs use D's
+        init(self, *args, **kw)
+        if mode["replay"]:
+            self.size = public["n"]
+            self.q = min(1.0, self.spec.batch_size / self.size)
+        public.setdefault("n", self.size)
+
+    monkeypatch.setattr(dro_common.DroRun, "__init__", same_public_size)
     monkeypatch.setattr(dro_common.DroRun, "sample", full_batch)
     monkeypatch.setattr(dro_common.DroRun, "gaussian", release)
     # the releases are divided by expected batch sizes (factor x) B, public constants of both runs
@@ -199,7 +214,7 @@ def test_every_release_moves_by_at_most_its_clip_norm(small, monkeypatch, name, 
 def test_calibrated_noise_meets_the_budget_for_fixed_steps(small, name):
     m = methods.get(name)
     spec = MethodSpec(name=name, batch_size=64, steps=50, calibrate_noise=True, clip_norm=1.0, noise_multiplier=1.0,
-                      hist_noise_multiplier=None, objective=KL)
+                      hist_noise_multiplier=None, objective=KL, options={"phase": 10} if "spider" in name else {})
     n = len(small.splits["train"])
     p = plan(m, spec, n_train=n, eps=1.0, delta=n ** -1.1, constrained=False)
     assert p.steps == 50 and 0.99 <= p.eps_planned <= 1.0
