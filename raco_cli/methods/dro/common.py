@@ -84,21 +84,39 @@ class Release:
         return max(self.clip, self.scale * distance)
 
 
-NOISE_ALLOCATIONS = ("theorem", "configured")
+NOISE_ALLOCATIONS = ("equal", "theorem", "configured")
 
 
-def family_multiplier(z: float, rate: float, count: int) -> float:
-    """The noise multiplier of a release family under ``noise_allocation=theorem``:
-    ``z max(1, r sqrt(k))`` for k releases at Poisson rate r (the paper's Theorem 5, per family,
-    with one constant z for every family; z = ``method.noise_multiplier``, which the planner
-    calibrates so that the whole run spends eps).  On the mean, Theorem 5's noise is
-    ``c C sqrt(log 1/delta) / eps * max(1/b, sqrt(k)/n)``; times b / C it is this multiplier.
-    Refreshes on all rows (r = 1, k = T/q) get ``z sqrt(T/q)``: Theorem 6's sigma_1 and sigma_3.
+def family_multiplier(z: float, rate: float, count: int, rule: str = "equal") -> float:
+    """The noise multiplier of a family of ``count`` releases at Poisson rate ``rate`` when the
+    budget is allocated per release family (``options.noise_allocation``); ``z`` is
+    ``method.noise_multiplier``, the one number the planner calibrates so that the whole run
+    spends eps (PLD), so every rule stays inside the planned budget.
 
-    >>> family_multiplier(2.0, 1.0, 16), family_multiplier(2.0, 0.01, 100)
+    * ``theorem``: ``z max(1, r sqrt(k))``, the paper's Theorem 5 per family with one constant
+      for every family.  On the mean, Theorem 5's noise is ``c C sqrt(log 1/delta) / eps *
+      max(1/b, sqrt(k)/n)``; times b / C it is this.  Full refreshes (r = 1, k = T/q) get
+      ``z sqrt(T/q)``, Theorem 6's sigma_1 and sigma_3.  Its ``max(1, .)`` gives a family of
+      rarely sampled releases (r sqrt(k) < 1) the multiplier z however little it costs.
+    * ``equal``: every family gets the same share of the budget in Gaussian differential privacy
+      (mu-GDP): mu = 1/z per family, where a full-batch family of k Gaussians is
+      ``sqrt(k)/sigma``-GDP (exact) and a Poisson-subsampled one ``r sqrt(k (e^{1/sigma^2} - 1))``
+      (the central-limit approximation of Bu, Dong, Long, Su 2020, used only to split the
+      budget; eps is the PLD's).  So ``sigma = z sqrt(k)`` at r = 1 and
+      ``sigma = 1 / sqrt(log(1 + 1/(z^2 r^2 k)))`` below; it tends to Theorem 5's ``z r sqrt(k)``
+      when that is large.
+
+    >>> family_multiplier(2.0, 1.0, 16, "theorem"), family_multiplier(2.0, 0.01, 100, "theorem")
     (8.0, 2.0)
+    >>> family_multiplier(2.0, 1.0, 16), round(family_multiplier(2.0, 0.01, 100), 3), round(family_multiplier(50.0, 0.01, 10000), 2)
+    (8.0, 0.554, 50.0)
     """
-    return z * max(1.0, rate * math.sqrt(max(count, 1)))
+    k = max(count, 1)
+    if rule == "theorem":
+        return z * max(1.0, rate * math.sqrt(k))
+    if rate >= 1.0:
+        return z * math.sqrt(k)
+    return 1.0 / math.sqrt(math.log1p(1.0 / (z * z * rate * rate * k)))
 
 
 @dataclass(frozen=True)
@@ -108,10 +126,10 @@ class RefreshDiffReleases:
     and PrivateDiff use the same releases, kinds and options.
 
     Noise (``options.noise_allocation``): ``configured`` takes each release's multiplier from
-    its option (the planner scales them all by one factor); ``theorem`` sets each family's
-    multiplier by :func:`family_multiplier` from its own rate and count (``refresh_rate`` and
-    ``refreshes``, ``diff_rate`` and the other ``steps - refreshes``), so the budget is
-    allocated per release as Theorems 5-6 do, inside the one planned budget."""
+    its option (the planner scales them all by one factor); ``equal`` and ``theorem`` set each
+    family's multiplier by :func:`family_multiplier` from its own rate and count
+    (``refresh_rate`` and ``refreshes``, ``diff_rate`` and the other ``steps - refreshes``),
+    inside the one planned budget."""
 
     dual_refresh: Release
     dual_diff: Release
@@ -121,13 +139,13 @@ class RefreshDiffReleases:
     @classmethod
     def of(cls, spec: MethodSpec, o: dict[str, Any], *, refresh_rate: float, diff_rate: float, steps: int,
            refreshes: int, private: bool = True) -> RefreshDiffReleases:
-        theorem = o.get("noise_allocation") == "theorem"
+        rule = o.get("noise_allocation", "configured")
 
         def sigma(key: str | None, rate: float, count: int) -> float:
             if not private:  # clipped, noise-free estimators of a non-private reference
                 return 0.0
-            if theorem:
-                return family_multiplier(spec.required("noise_multiplier"), rate, count)
+            if rule != "configured":
+                return family_multiplier(spec.required("noise_multiplier"), rate, count, rule)
             return spec.required("noise_multiplier") if key is None else float(o[key])
 
         n_diff = max(steps - refreshes, 0)

@@ -86,7 +86,7 @@ DIFF_DEFAULTS: dict[str, Any] = {
     "dual_clip_norm": 10.0,
     "dual_diff_noise_multiplier": 3.0,
     "dual_diff_clip_norm": 5.0,
-    "noise_allocation": "configured",   # configured: the multipliers above, one factor; theorem: Theorem 5 per family (docs/dro.md)
+    "noise_allocation": "configured",   # configured: the multipliers above, one factor; equal | theorem: per family (docs/dro.md)
     "max_step": 0.0,
     "eta_bound": 100.0,
 }  # fmt: skip
@@ -105,7 +105,8 @@ def diff_options(spec: MethodSpec, defaults: dict[str, Any] = DIFF_DEFAULTS) -> 
     o["phase"] = integer_option(o, "phase")
     o["inner_steps"] = integer_option(o, "inner_steps")
     choice_option(o, "noise_allocation", NOISE_ALLOCATIONS,
-                  "theorem: each release family's noise multiplier from Theorem 5 (docs/dro.md); configured: the options' multipliers")
+                  "equal: every release family the same share of the budget; theorem: Theorem 5's multipliers; "
+                  "configured: the options' multipliers (docs/dro.md)")
     numbers = tuple(k for k in DIFF_DEFAULTS if k not in ("phase", "inner_steps", "noise_allocation"))
     positive_options(o, numbers, allow_zero=("diff_clip_scale", "max_step", "eta_bound"))
     return o

@@ -93,8 +93,8 @@ from raco_cli.objectives.dro import Compositional, DualForm
 DOUBLE_DEFAULTS: dict[str, Any] = {
     "phase": "auto",                    # q: a refresh every q steps; auto: Theorem 7's q = (n eps / sqrt(d log 1/delta))^(2/3)
     "refresh_batch_factor": "full",     # N1 = N3: full = every row (Theorems 7-8: b1 = n), or factor x method.batch_size
-    "noise_allocation": "theorem",      # theorem: each release family's multiplier z max(1, r sqrt(k)) (Theorem 5), z calibrated;
-                                        # configured: the *_noise_multiplier options below, all scaled by one factor
+    "noise_allocation": "equal",        # equal: every release family the same mu-GDP share; theorem: z max(1, r sqrt(k))
+                                        # (Theorem 5); configured: the *_noise_multiplier options below, one factor (docs/dro.md)
     "diff_noise_multiplier": 3.0,       # sigma_4: x corrections (configured; method.noise_multiplier: sigma_3, x refreshes)
     "diff_clip_norm": 0.01,             # C_4, the floor of the x corrections' clip norm
     "diff_clip_scale": 2.0,             # C_4 = max(floor, scale |(x_t, eta_{t+1}) - (x_{t-1}, eta_t)|) (Theorem 6); 0: fixed C_4
@@ -111,7 +111,7 @@ DOUBLE_DEFAULTS: dict[str, Any] = {
 RECURSIVE_DEFAULTS: dict[str, Any] = {
     "phase": "auto",
     "refresh_batch_factor": "full",       # b1 = b3: full = every row (Theorem 8: b1 = n), or factor x batch_size; b2 = b4 = batch_size
-    "noise_allocation": "theorem",
+    "noise_allocation": "equal",          # equal | theorem | configured (as Double-SPIDER's)
     "diff_noise_multiplier": 3.0,         # sigma_2: v corrections (configured; method.noise_multiplier: sigma_1, v refreshes)
     "diff_clip_norm": 0.01,               # C_2, the floor of the v corrections' clip norm
     "diff_clip_scale": 2.0,               # C_2 = max(floor, scale |w_t - w_{t-1}|) (Theorem 8: L |w_t - w_{t-1}|); 0: fixed
@@ -137,7 +137,8 @@ _NUMBERS_DOUBLE = ("diff_noise_multiplier", "diff_clip_norm", "dual_noise_multip
 _NUMBERS_RECURSIVE = ("diff_noise_multiplier", "diff_clip_norm", "lambda_noise_multiplier", "lambda_clip_norm",
                       "lambda_diff_noise_multiplier", "lambda_diff_clip_norm", "s_noise_multiplier", "s_clip_norm", "s_batch_size",
                       "storm_beta", "s_floor", "diff_clip_scale", "lambda_diff_clip_scale", "max_step")
-_ALLOCATION = "theorem: each release family's noise multiplier from Theorem 5 (docs/dro.md); configured: the options' multipliers"
+_ALLOCATION = ("equal: every release family the same share of the budget; theorem: Theorem 5's multipliers; "
+               "configured: the options' multipliers (docs/dro.md)")
 
 
 def _common_options(o: dict[str, Any]) -> None:
@@ -303,13 +304,13 @@ class Recursive:
         r = rates(spec, sample_rate, o)
         n_ref = refresh_steps(steps, phase_of(o))
         n_diff = max(steps - n_ref, 0)
-        theorem = o["noise_allocation"] == "theorem"
+        rule = o["noise_allocation"]
 
         def sigma(key: str | None, rate: float, count: int) -> float:
             if not private:
                 return 0.0
-            if theorem:
-                return family_multiplier(spec.required("noise_multiplier"), rate, count)
+            if rule != "configured":
+                return family_multiplier(spec.required("noise_multiplier"), rate, count, rule)
             return spec.required("noise_multiplier") if key is None else float(o[key])
 
         return cls(

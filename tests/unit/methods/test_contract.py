@@ -39,7 +39,7 @@ def spec_for(name, **kw):
         base.update(objective=ObjectiveSpec("dro", divergence="kl"), lr=0.5)
         if "phase" in getattr(m, "DEFAULTS", {}):  # phase=auto is resolved by the run (n, eps, delta, model size)
             base.update(options={"phase": 7})
-        if m.PRIVATE and getattr(m, "DEFAULTS", {}).get("noise_allocation") == "theorem":  # z calibrated for a fixed T
+        if m.PRIVATE and getattr(m, "DEFAULTS", {}).get("noise_allocation") in ("equal", "theorem"):  # z calibrated, fixed T
             base.update(steps=30, calibrate_noise=True)
     base.update(kw)
     return MethodSpec(**base)
