@@ -40,6 +40,14 @@ per step and group k, with budget weight ``w_k``:
   noisy ``M1_k / n~_k``, ``M2_k / n~_k``; ``theta <- Pi(theta - lr_t grad)``, ``lr_t = lr / sqrt(t)``,
   Pi the box ``[-R, R]^P`` (``options.param_bound``).
 
+The paper's ambiguities, each with an option (docs/dpse.md, section 2): ``group_objective``
+(``pooled``: f the pooled mean loss, Alg. 3's ``M 1_K`` of group *sums*; ``group_mean``: Alg. 2
+l. 10 normalises each group's gradient by its own n_k and f averages the K group losses, so every
+group weighs 1/K), ``residual_clip`` (``delta_squared``: Alg. 1 l. 17's squared residual clipped at
+Delta^2, the sensitivity its noise ``Delta^4 / (2 tau_k)`` implies; ``delta``: at Delta, as printed,
+:func:`residual_sensitivity`) and ``init`` (``model``: theta_1 the seeded init, Alg. 2 l. 4's
+"arbitrarily"; ``precursor``: theta_1 = the precursor beta~, post-processing of stage 1).
+
 Budget weights (``options.allocation``): the paper gives group k the share
 ``w_k = s_k^2 / sum_j s_j^2`` (``sum``) and accounts the groups sequentially.  The groups are
 disjoint, so a record is in exactly one group's releases and the guarantee is the *worst case
@@ -95,6 +103,9 @@ TASKS = ("classification", "regression")  # task=regression: squared loss on the
 FULL_BATCH = True
 
 ALLOCATIONS = ("max", "sum", "uniform")
+GROUP_OBJECTIVES = ("pooled", "group_mean")
+RESIDUAL_CLIPS = ("delta_squared", "delta")
+INITS = ("model", "precursor")
 DEFAULTS: dict[str, Any] = {
     "se_share": 0.2,
     "allocation": "max",
@@ -107,6 +118,10 @@ DEFAULTS: dict[str, Any] = {
     "count_noise_multiplier": 100.0,
     "param_bound": 5.0,
     "lr_decay": "sqrt",
+    # the paper's ambiguities (docs/dpse.md, section 2): each option's other value is the other reading
+    "group_objective": "pooled",      # f = sum_k (n_k/n) L_k (Alg. 3's pooled sum) | group_mean: f = (1/K) sum_k L_k (Alg. 2 l. 10)
+    "residual_clip": "delta_squared",  # Alg. 1 l. 17: squared residual clipped at Delta^2 (what its noise implies) | delta (as printed)
+    "init": "model",                  # Alg. 2 l. 4 "arbitrarily set theta_1": the model's seeded init | precursor: theta_1 = beta~
 }
 
 
@@ -120,6 +135,16 @@ def options(spec: MethodSpec) -> dict[str, Any]:
                           "max: w_k = s_k^2 / max_j s_j^2, sum: the paper's s_k^2 / sum_j s_j^2, uniform: DPNoSE.")
     if o["lr_decay"] not in ("sqrt", "none"):
         raise ConfigError(f"method.options.lr_decay must be one of sqrt, none (got {o['lr_decay']!r}).")
+    for key, choices, meaning in (
+        ("group_objective", GROUP_OBJECTIVES, "pooled: the pooled mean loss (Alg. 3); group_mean: the mean of the group means (Alg. 2 l. 10)"),
+        ("residual_clip", RESIDUAL_CLIPS, "delta_squared: the squared residual clipped at Delta^2; delta: at Delta, as Alg. 1 l. 17 prints"),
+        ("init", INITS, "model: the seeded initialisation; precursor: theta_1 = the stage-1 precursor beta (regression)"),
+    ):
+        if o[key] not in choices:
+            raise ConfigError(f"method.options.{key} must be one of {', '.join(choices)} (got method.options.{key}={o[key]!r}); {meaning}.")
+    if o["init"] == "precursor" and o["allocation"] == "uniform":
+        raise ConfigError("method.options.init=precursor needs stage 1 (method.options.allocation=sum or max); "
+                          "allocation=uniform (DPNoSE) computes no precursor. Use method.options.init=model.")
     for key in ("bgl_penalty", "loss_bound", "precursor_ridge", "target_bound"):
         if o[key] < 0:
             raise ConfigError(f"method.options.{key} must be >= 0 (got method.options.{key}={o[key]}).")
@@ -143,6 +168,9 @@ def validate(spec: MethodSpec, constraints: ConstraintSet, data: TabularData | N
             f"method=dpse does not model the rate constraint '{family}' (its fairness notion is bounded group loss, "
             "set by method.options.bgl_penalty and bgl_eta). Use constraint=none."
         )
+    if options(spec)["init"] == "precursor" and data is not None and data.target is None:
+        raise ConfigError("method.options.init=precursor needs task=regression (the precursor is a linear regression; "
+                          "for classification it is a linear probability model). Use method.options.init=model.")
     if spec.steps is None:
         raise ConfigError(
             "method.steps must be set for dpse (got null): it is full-batch, so the budget fixes the noise "
@@ -173,8 +201,29 @@ def penalized(spec: MethodSpec) -> bool:
 
 
 def pooled(spec: MethodSpec) -> bool:
-    """DPNoSE without the penalty: one release of the pooled clipped gradient sum per step."""
-    return options(spec)["allocation"] == "uniform" and not penalized(spec)
+    """DPNoSE without the penalty, on the pooled objective: one release of the pooled clipped
+    gradient sum per step."""
+    o = options(spec)
+    return o["allocation"] == "uniform" and not penalized(spec) and o["group_objective"] == "pooled"
+
+
+def residual_sensitivity(o: dict[str, Any], bound: float) -> tuple[float, float]:
+    """``(clip, sensitivity)`` of a squared residual in the stage-1 sums (regression).
+
+    ``delta_squared``: clipped at B = Delta^2, sensitivity B (Alg. 1 l. 17's noise
+    ``Delta^4 / (2 tau_k)`` has exactly this sensitivity).  ``delta``: clipped at Delta = sqrt(B)
+    as printed, sensitivity Delta; the noise is the printed one (Delta^2) when Delta >= 1, where it
+    over-covers Delta, and Delta's own below 1, where the printed noise would not cover it.
+
+    >>> residual_sensitivity({"residual_clip": "delta_squared"}, 4.0), residual_sensitivity({"residual_clip": "delta"}, 4.0)
+    ((4.0, 4.0), (2.0, 4.0))
+    >>> residual_sensitivity({"residual_clip": "delta"}, 0.25)
+    (0.5, 0.5)
+    """
+    if o["residual_clip"] == "delta":
+        delta = math.sqrt(bound)
+        return delta, max(delta, bound)
+    return bound, bound
 
 
 def noise_multipliers(spec: MethodSpec, steps: int) -> dict[str, float]:
@@ -261,9 +310,9 @@ def precursor_weights(
     except RuntimeError:  # singular even with the ridge: uniform weights (post-processing)
         beta = None
     if regression:
-        B = bound
+        clip, B = residual_sensitivity(o, bound)
         pred = Xt @ beta if beta is not None else torch.zeros_like(Y)
-        r = ((Y - pred) ** 2).sum(dim=1).clamp(max=B)  # squared residual clipped at Delta^2 (Alg. 1 l. 17)
+        r = ((Y - pred) ** 2).sum(dim=1).clamp(max=clip)  # squared residual clipped at Delta^2 (or Delta: Alg. 1 l. 17)
     else:
         B = 1.0
         p = (Xt @ beta).clamp(0.0, 1.0) if beta is not None else torch.full_like(Y, 1.0 / m)
@@ -271,6 +320,8 @@ def precursor_weights(
     S_exact = torch.zeros(k, dtype=torch.float64, device=dev).index_add_(0, groups, r)
     S = releases.release("group_se", lambda: S_exact + gaussian_noise((k,), nm["se"] * B, generator, dtype=torch.float64).to(dev))
     info["se_sums"] = [float(v) for v in S.cpu()]
+    if beta is not None:  # post-processing of the two precursor releases (options.init=precursor)
+        info["precursor_beta"] = [float(v) for v in beta[:, 0].cpu()]
     if beta is None or bool((S <= 0).any()):  # paper l. 12 and l. 19: no information, 1/sqrt(K) 1
         s = torch.full((k,), 1.0 / math.sqrt(k), dtype=torch.float64, device=dev)
         return budget_weights(s, o["allocation"]), s, {**info, "se_fallback": 1.0}
@@ -347,6 +398,8 @@ def fit(
         w = torch.ones(k, dtype=torch.float64, device=device)
         s = torch.full((k,), 1.0 / math.sqrt(k), dtype=torch.float64, device=device)
     stage1_ms = 1000.0 * (time.perf_counter() - t0)
+    if o["init"] == "precursor":  # theta_1 = beta~ (Alg. 2 l. 4; post-processing of stage 1), onto the box
+        _init_from_precursor(engine, info.get("precursor_beta"), o["param_bound"])
     nm_k = [nm["stage2"] / math.sqrt(float(wj)) for wj in w.cpu()]
     n_noisy = float(counts.sum())
     # full batch: every step sees the same rows, gathered once
@@ -391,8 +444,9 @@ def fit(
                     )
                     released("gaussian_group_loss", [j])
                     loss_k.append(float(l_noisy) / n_j)
-            # f = the pooled mean: sum_k (n~_k / n~) M1_k / n~_k
-            total = [sum(float(counts[j]) / n_noisy * grads_k[j][i] for j in range(k)) for i in range(len(engine.params))]
+            # f = the pooled mean: sum_k (n~_k / n~) M1_k / n~_k; group_mean: (1/K) sum_k M1_k / n~_k
+            weight = [1.0 / k if o["group_objective"] == "group_mean" else float(counts[j]) / n_noisy for j in range(k)]
+            total = [sum(weight[j] * grads_k[j][i] for j in range(k)) for i in range(len(engine.params))]
             if G > 0:  # bounded group loss (paper eq. 1-2): g = max_k (L_k - eta)
                 gaps = [lk - o["bgl_eta"] for lk in loss_k]
                 worst = int(np.argmax(gaps))
@@ -439,10 +493,24 @@ def fit(
             "standard_errors": by_group(s.cpu()),
             "noise_multipliers": by_group(nm_k),
             "rho_realized": by_group(tau + float(v) * mu for v in w.cpu()),
-            **info,
+            **{key: value for key, value in info.items() if key != "precursor_beta"},
         },
         releases=dict(per_group[0]),
     )
+
+
+@torch.no_grad()
+def _init_from_precursor(engine, beta: list[float] | None, bound: float) -> None:
+    """Set a linear model to the precursor's coefficients ``beta = (w, intercept)``: the weight
+    row(s) to w, the bias (if any) to the intercept; the model's own init when stage 1 fell back."""
+    if beta is None:
+        return
+    params = list(engine.params)
+    weight = params[0]
+    w = torch.as_tensor(beta[: weight.shape[-1]], dtype=weight.dtype, device=weight.device)
+    weight.copy_(w.expand_as(weight).clamp(-bound, bound))
+    if len(params) > 1:
+        params[1].fill_(max(-bound, min(bound, beta[-1])))
 
 
 def _clipped(engine, b: dict[str, torch.Tensor], C: float, clipped: torch.Tensor, nonfinite: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
