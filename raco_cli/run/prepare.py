@@ -223,6 +223,15 @@ def suggested_batch_size(n_train: float) -> int:
 DUAL_WALK = 1.0 / 3.0  # method.lr_dual=auto: the sd of the dual's noise-driven walk over a run
 
 
+def histogram_laplace_scale(method: Any, pplan: Any) -> float:
+    """The Laplace scale b of the noisy histograms a method's feasibility signal reads (0 when
+    it releases none: DP-SGD, DP-FERMI, DPSE, the non-private methods)."""
+    flags = getattr(method, "FLAGS", None)
+    if flags is None or not flags.hist_noise:
+        return 0.0
+    return float(pplan.spec.hist_noise_multiplier or 0.0)
+
+
 def suggested_lr_dual(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: np.ndarray | None) -> float:
     """``method.lr_dual=auto``: the dual step at which the Laplace noise of the histograms moves
     each lambda_j by at most about :data:`DUAL_WALK` (one sd) over the run,
@@ -244,9 +253,8 @@ def suggested_lr_dual(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_ro
     """
     from raco_cli.constraints.margin import noise_sd
 
-    flags = getattr(method, "FLAGS", None)
-    b = float(pplan.spec.hist_noise_multiplier or 0.0)
-    if spec.scope == "paper" or cell_rows is None or flags is None or not flags.hist_noise or b <= 0 or cons.is_empty:
+    b = histogram_laplace_scale(method, pplan)
+    if spec.scope == "paper" or cell_rows is None or b <= 0 or cons.is_empty:
         return 1.0
     rows = np.maximum(np.asarray(cell_rows, dtype=float), 1.0)
     s = float(noise_sd(cons, rows, sample_rate=pplan.sample_rate, laplace_scale=b).max())
@@ -283,7 +291,7 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
         # averaged second half of training (selection=average)
         window = pplan.steps // 2 if pplan.spec.selection == "average" else 2 * pplan.spec.eval_every
         signal = Signal(sample_rate=pplan.sample_rate, window=window,
-                        laplace_scale=float(pplan.spec.hist_noise_multiplier or 0.0) if flags.hist_noise else 0.0)
+                        laplace_scale=histogram_laplace_scale(method, pplan))
     found = margins(cons, rows, confidence=confidence, signal=signal)
     targets = cons.gamma - found.margin
     if (targets < 0).any():
