@@ -109,6 +109,7 @@ class RunSpec:
     tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
     auto_batch: bool = False  # method.batch_size=auto: chosen from the (DP) training size by prepare_run
     auto_lr_dual: bool = False  # method.lr_dual=auto: chosen from the plan and the (DP) cell sizes by prepare_run
+    auto_dual: bool = False  # method.dual=auto: hard rates when a confidence margin applies, else soft (prepare_run)
 
 
 def _number(cfg: Mapping[str, Any], key: str, path: str, meaning: str) -> float:
@@ -159,6 +160,8 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
         if key == "batch_size" and value == "auto":  # RunSpec.auto_batch: resolved from the training size by prepare_run
             continue
         if key == "lr_dual" and value == "auto":  # RunSpec.auto_lr_dual: resolved from the plan and cell sizes by prepare_run
+            continue
+        if key == "dual" and value == "auto":  # RunSpec.auto_dual: resolved by prepare_run once the margins are known
             continue
         if key not in known:
             raise ConfigError(
@@ -488,6 +491,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
         auto_batch=(c.get("method") or {}).get("batch_size") == "auto",
         auto_lr_dual=(c.get("method") or {}).get("lr_dual") == "auto",
+        auto_dual=(c.get("method") or {}).get("dual") == "auto",
     )
 
 

@@ -341,3 +341,17 @@ def test_confidence_null_and_scope_paper_train_against_gamma_itself():
     explicit, tape = _prepare("privacy.scope=paper", "constraint.confidence=0.9")
     assert explicit.margins is not None and "size" not in tape.kinds()
     assert explicit.constraints.gamma == pytest.approx(0.25 - explicit.margins.margin)
+
+
+def test_dual_auto_reads_hard_rates_when_a_margin_applies():
+    """``method.dual=auto`` (raco_dp's default): the margin certifies hard rates (what the test
+    split reports), so a run with a margin steps its dual on hard rates; without a margin it keeps
+    the paper's soft rates; an explicit choice is kept."""
+    prep, _ = _prepare()
+    assert prep.spec.auto_dual and prep.margins is not None
+    assert prep.plan.spec.dual == "hard"
+    for extra in (["constraint.confidence=null"], ["privacy.scope=paper"]):
+        unmargined, _ = _prepare(*extra)
+        assert unmargined.margins is None and unmargined.plan.spec.dual == "soft"
+    explicit, _ = _prepare("method.dual=soft")
+    assert explicit.margins is not None and not explicit.spec.auto_dual and explicit.plan.spec.dual == "soft"
