@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -197,7 +197,7 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
     if spec.constraint.confidence is not None and constrained and cell_rows is not None:
         cons, found, note = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
     if spec.auto_dual:  # method.dual=auto: the rates the margin's certificate is about (docs/methods.md)
-        dual = "hard" if found is not None else "soft"
+        dual: Literal["soft", "hard"] = "hard" if found is not None else "soft"
         pplan = replace(pplan, spec=replace(pplan.spec, dual=dual))
         log.info("method.dual=auto: %s%s", dual, " (a confidence margin applies: the dual reads the hard rates the test reports)"
                  if found is not None else "")
