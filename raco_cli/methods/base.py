@@ -186,7 +186,7 @@ class MethodSpec:
         if not isinstance(self.secure_rng, bool):
             raise ConfigError(f"privacy.secure_rng must be true or false (got privacy.secure_rng={self.secure_rng!r}); use a cryptographically secure noise source.")
         _choice("method.optimizer", self.optimizer, ("sgd", "momentum", "adam"), "the primal optimizer.")
-        _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step.")
+        _choice("method.dual", self.dual, ("soft", "hard"), "the rates used by the dual step (raco_dp also takes auto: hard when a confidence margin applies).")
         _choice("method.sampling", self.sampling, ("independent", "shared"), "how histogram and gradient batches are drawn.")
         _choice("method.precision", self.precision, ("auto", "fp32", "bf16"), "the arithmetic of model forward/backward passes.")
         _choice("method.selection", self.selection, ("best_feasible", "last", "average", "random"),
