@@ -119,6 +119,20 @@ def family_multiplier(z: float, rate: float, count: int, rule: str = "equal") ->
     return 1.0 / math.sqrt(math.log1p(1.0 / (z * z * rate * rate * k)))
 
 
+def release_multiplier(spec: MethodSpec, o: dict[str, Any], key: str | None, rate: float, count: int, *,
+                       private: bool = True) -> float:
+    """The noise multiplier of one release family of a refresh / correction scheme: 0 for the
+    clipped, noise-free estimators of a non-private reference; under ``options.noise_allocation``
+    ``equal`` or ``theorem`` :func:`family_multiplier` of ``count`` releases at Poisson rate
+    ``rate``; under ``configured`` the option ``key`` (None: ``method.noise_multiplier``)."""
+    if not private:
+        return 0.0
+    rule = o.get("noise_allocation", "configured")
+    if rule != "configured":
+        return family_multiplier(spec.required("noise_multiplier"), rate, count, rule)
+    return spec.required("noise_multiplier") if key is None else float(o[key])
+
+
 @dataclass(frozen=True)
 class RefreshDiffReleases:
     """The four releases of a refresh / correction scheme on (x, dual block): a large-batch
@@ -139,14 +153,8 @@ class RefreshDiffReleases:
     @classmethod
     def of(cls, spec: MethodSpec, o: dict[str, Any], *, refresh_rate: float, diff_rate: float, steps: int,
            refreshes: int, private: bool = True) -> RefreshDiffReleases:
-        rule = o.get("noise_allocation", "configured")
-
         def sigma(key: str | None, rate: float, count: int) -> float:
-            if not private:  # clipped, noise-free estimators of a non-private reference
-                return 0.0
-            if rule != "configured":
-                return family_multiplier(spec.required("noise_multiplier"), rate, count, rule)
-            return spec.required("noise_multiplier") if key is None else float(o[key])
+            return release_multiplier(spec, o, key, rate, count, private=private)
 
         n_diff = max(steps - refreshes, 0)
         return cls(

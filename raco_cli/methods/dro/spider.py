@@ -79,12 +79,12 @@ from raco_cli.methods.dro.common import (
     Release,
     bool_option,
     choice_option,
-    family_multiplier,
     phase_of,
     phase_option,
     positive_options,
     refresh_option,
     refresh_steps,
+    release_multiplier,
     x_clip_norm,
 )
 from raco_cli.methods.dro.engine import Term
@@ -304,14 +304,9 @@ class Recursive:
         r = rates(spec, sample_rate, o)
         n_ref = refresh_steps(steps, phase_of(o))
         n_diff = max(steps - n_ref, 0)
-        rule = o["noise_allocation"]
 
         def sigma(key: str | None, rate: float, count: int) -> float:
-            if not private:
-                return 0.0
-            if rule != "configured":
-                return family_multiplier(spec.required("noise_multiplier"), rate, count, rule)
-            return spec.required("noise_multiplier") if key is None else float(o[key])
+            return release_multiplier(spec, o, key, rate, count, private=private)
 
         return cls(
             v_refresh=Release("gaussian_v_refresh", x_clip_norm(spec), sigma(None, r.refresh, n_ref)),
