@@ -12,13 +12,16 @@ planner are wrong (issue 13: tests that compared the code with itself could not)
   closed-form CDF and connect-the-dots construction.
 * :func:`summary_epsilon`: the epsilon of a run from its ``summary.json`` (steps, sample rate,
   noise multipliers, once-per-run releases), composed with dp-accounting's PLD constructors.
+* :func:`event_leaves`: the mechanisms of a DpEvent tree with their Poisson rate and count,
+  read by walking the tree here (not through raco's accountant).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+import dp_accounting as dpa
 import numpy as np
 from dp_accounting.pld import common, pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -113,3 +116,23 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
         run = run.compose(pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(hp["selection_eps"], 0.0),
                                                           value_discretization_interval=DISCRETIZATION))
     return float(run.get_epsilon_for_delta(summary["delta"]))
+
+
+class Leaf(NamedTuple):
+    """One mechanism of an event tree: the event, the Poisson rate it is sampled at (1.0 when
+    not subsampled; the outermost rate when nested) and how many times it is composed."""
+
+    event: dpa.DpEvent
+    rate: float
+    count: int
+
+
+def event_leaves(event: dpa.DpEvent, *, rate: float | None = None, count: int = 1) -> list[Leaf]:
+    """The leaves of ``event`` in tree order (composition and self-composition flattened)."""
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return event_leaves(event.event, rate=rate, count=count * event.count)
+    if isinstance(event, dpa.ComposedDpEvent):
+        return [leaf for e in event.events for leaf in event_leaves(e, rate=rate, count=count)]
+    if isinstance(event, dpa.PoissonSampledDpEvent):
+        return event_leaves(event.event, rate=event.sampling_probability if rate is None else rate, count=count)
+    return [Leaf(event, 1.0 if rate is None else rate, count)]

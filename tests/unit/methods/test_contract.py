@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
@@ -59,14 +58,10 @@ def run(name, data, *, seed=0, eps=2.0, **kw):
     return p, res
 
 
-def _leaves(event, mult=1):
-    if isinstance(event, dpa.SelfComposedDpEvent):
-        return _leaves(event.event, mult * event.count)
-    if isinstance(event, dpa.ComposedDpEvent):
-        return [x for e in event.events for x in _leaves(e, mult)]
-    if isinstance(event, dpa.PoissonSampledDpEvent):
-        return _leaves(event.event, mult)
-    return [(type(event).__name__, mult)]
+def _leaves(event):
+    from oracles import event_leaves
+
+    return [(type(leaf.event).__name__, leaf.count) for leaf in event_leaves(event)]
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -108,16 +108,13 @@ def _expected_multiplier(z, rate, count, rule):
     return 1.0 / math.sqrt(math.log(1.0 + 1.0 / (z**2 * rate**2 * count)))
 
 
-def _leaves(event, count=1):
+def _leaves(event):
     """(Poisson rate, noise multiplier, count) of every Gaussian leaf, in tree order."""
-    if isinstance(event, dpa.SelfComposedDpEvent):
-        return _leaves(event.event, count * event.count)
-    if isinstance(event, dpa.ComposedDpEvent):
-        return [leaf for e in event.events for leaf in _leaves(e, count)]
-    if isinstance(event, dpa.PoissonSampledDpEvent):
-        return [(event.sampling_probability, leaf[1], leaf[2]) for leaf in _leaves(event.event, count)]
-    assert isinstance(event, dpa.GaussianDpEvent)
-    return [(1.0, event.noise_multiplier, count)]
+    from oracles import event_leaves
+
+    leaves = event_leaves(event)
+    assert all(isinstance(leaf.event, dpa.GaussianDpEvent) for leaf in leaves)
+    return [(leaf.rate, leaf.event.noise_multiplier, leaf.count) for leaf in leaves]
 
 
 DOUBLE = ("gaussian_dual_refresh", "gaussian_x_refresh", "gaussian_dual_diff", "gaussian_x_diff")

@@ -73,11 +73,9 @@ def assert_noise_std(draws: np.ndarray, planned: float, *, laplace: bool = False
 
 def _leaves(event: dpa.DpEvent) -> list[dpa.DpEvent]:
     """Gaussian/Laplace leaves of an event tree, in order."""
-    if isinstance(event, dpa.ComposedDpEvent):
-        return [x for e in event.events for x in _leaves(e)]
-    if isinstance(event, (dpa.SelfComposedDpEvent, dpa.PoissonSampledDpEvent)):
-        return _leaves(event.event)
-    return [event]
+    from oracles import event_leaves
+
+    return [leaf.event for leaf in event_leaves(event)]
 
 
 def _fit(module, data, spec, cons, steps):
