@@ -94,34 +94,42 @@ class PreparedRun:
         return self.spec.scope == "paper" or not bool(self.method.PRIVATE)
 
 
-def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> PreparedRun:
-    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+@dataclass(frozen=True)
+class Released:
+    """What a private run releases before it is planned: the training size n~ (or the counts of
+    its partition's cells), the DP standardisation and a table's private estimates, with the
+    data as they leave it and the method spec that carries their noise multipliers (the plan
+    accounts them).  A private search (:mod:`raco_cli.run.private_search`) makes them once and
+    hands them to every trial (:meth:`for_trial`)."""
 
-    Everything here can reject a run, and nothing here touches the MLflow store.
+    data: Any
+    method_spec: Any
+    constraints: Any
+    cell_rows: np.ndarray | None
+    scaling: Any
 
-    ``shared_features`` (runs of a sweep group): with ``dataset.preprocessing=dp`` the run's
-    DP standardisation is released and kept as ``scaling`` = (mean, std), and ``data`` stays
-    the public encoding every run of the group shares (the batched engine applies each run's
-    scaling to the rows it reads, docs/batched.md).
+    def for_trial(self, method_spec: Any) -> Released:
+        """These releases under another candidate's method spec: it reads n~ and the reserved
+        delta, and carries no noise of them (the search accounts them once, outside the trials)."""
+        return replace(self, method_spec=replace(method_spec, train_size=self.method_spec.train_size,
+                                                 reserved_delta=self.method_spec.reserved_delta,
+                                                 size_noise=0.0, preprocessing_noise=0.0, estimate_noise=0.0))
+
+
+def release_inputs(spec: RunSpec, method: Any, seeds: Any, *, shared_features: bool = False) -> Released:
+    """Data -> a table's private estimates -> constraints -> n~ (cell counts) -> DP
+    standardisation: every release a run makes before its plan (:class:`Released`).
 
     Raises:
-        RacoError: bad config, missing or corrupted data, an unreachable budget.
+        RacoError: bad config, missing or corrupted data.
     """
     from raco_cli import constraints as constraints_mod
-    from raco_cli import methods, models
-    from raco_cli.methods.base import Seeds
-    from raco_cli.methods.planning import plan
-    from raco_cli.methods.training import resolve_device
     from raco_cli.privacy.mechanisms import noise_source
     from raco_cli.privacy.preprocessing import dp_scaling, dp_standardize, numeric_features
     from raco_cli.privacy.size import dp_cell_counts, dp_size
 
-    spec = build_run_spec(cfg)
-    resolved = plain_config(cfg)
-    method = methods.get(spec.method.name)
     log.info("Loading dataset <%s> (dataset.name)", spec.dataset.name)
     data = load_data(spec)
-    seeds = Seeds.from_seed(spec.seed)
     method_spec = spec.method
     if data.meta.get("pending"):  # dataset=table's private values: one accounted release, from the training split
         data, method_spec = estimate_private_values(spec, data, method_spec, seeds)
@@ -130,11 +138,7 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
         spec.constraint.parts, n_classes=data.n_classes, n_groups=data.n_groups,
         class_names=data.class_names, group_names=data.group_names, keys=spec.constraint.keys,
     )
-    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
     constrained = not cons.is_empty
-    validate = getattr(method, "validate", None)
-    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
-        validate(spec.method, cons, data)
     train_idx = np.asarray(data.splits["train"])
     n_rows = len(train_idx)
     size: float | None = None  # the training size the run may use (None: the exact n, scope=paper)
@@ -169,6 +173,43 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False) -> Pre
 
         for line in report_lines(data, exact=spec.scope == "paper" or not method.PRIVATE):
             log.info(line)
+    return Released(data=data, method_spec=method_spec, constraints=cons, cell_rows=cell_rows, scaling=scaling)
+
+
+def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, released: Released | None = None) -> PreparedRun:
+    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+
+    Everything here can reject a run, and nothing here touches the MLflow store.
+
+    ``shared_features`` (runs of a sweep group): with ``dataset.preprocessing=dp`` the run's
+    DP standardisation is released and kept as ``scaling`` = (mean, std), and ``data`` stays
+    the public encoding every run of the group shares (the batched engine applies each run's
+    scaling to the rows it reads, docs/batched.md).
+
+    ``released``: the releases of :func:`release_inputs` already made once for a private
+    search; the run (a trial) plans from them and does not release them again.
+
+    Raises:
+        RacoError: bad config, missing or corrupted data, an unreachable budget.
+    """
+    from raco_cli import methods, models
+    from raco_cli.methods.base import Seeds
+    from raco_cli.methods.planning import plan
+    from raco_cli.methods.training import resolve_device
+
+    spec = build_run_spec(cfg)
+    resolved = plain_config(cfg)
+    method = methods.get(spec.method.name)
+    seeds = Seeds.from_seed(spec.seed)
+    pre = release_inputs(spec, method, seeds, shared_features=shared_features) if released is None \
+        else released.for_trial(spec.method)
+    data, method_spec, cons, cell_rows, scaling = pre.data, pre.method_spec, pre.constraints, pre.cell_rows, pre.scaling
+    log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
+    constrained = not cons.is_empty
+    validate = getattr(method, "validate", None)
+    if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
+        validate(spec.method, cons, data)
+    n_rows = len(np.asarray(data.splits["train"]))
     model = models.build(spec.model["name"], input_shape=data.input_shape, n_classes=data.n_classes, options=dict(spec.model))
     n_train = method_spec.size_of(n_rows)
     if spec.auto_batch:  # method.batch_size=auto: from the training size the run may use (n~ under scope=model)
