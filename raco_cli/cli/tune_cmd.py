@@ -1,6 +1,21 @@
-"""``raco tune``: the paper's two-phase hyperparameter protocol (App. E.2), with Optuna.
+"""``raco tune``: hyperparameter search, private by default.
 
-    raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05 [tune.trials=200]
+    raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05
+              [tune.repetitions=truncated_negative_binomial] [tune.mean=10] [tune.shape=1]
+              [tune.candidates=16] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
+
+**privacy.scope=model** (the default): a private random search (Papernot & Steinke 2022,
+:mod:`raco_cli.run.private_search`).  A random number of trials K (``tune.repetitions``:
+``truncated_negative_binomial`` with ``tune.mean`` and ``tune.shape`` (1 = geometric),
+``poisson`` with ``tune.mean``, or ``fixed`` ``tune.mean`` trials, the naive baseline accounted by
+plain composition), each a private run of a candidate drawn from ``tune.candidates`` settings
+of the search space and scored by a noisy validation count (``tune.score_noise`` rows); only
+the best trial is released, to ``<tune.out>/<study>/best`` and MLflow, with one eps for the
+whole search: ``eps`` is the total, the per-trial eps is planned inside it.
+
+**privacy.scope=paper**: the paper's two-phase protocol (App. E.2), with Optuna, outside eps
+
+    raco tune privacy.scope=paper dataset=adult constraint=dp eps=1 constraint.gamma=0.05 [tune.trials=200]
               [tune.trial_seeds=5] [tune.seeds=20] [tune.storage=sqlite:///outputs/optuna.db]
               [tune.study=NAME] [tune.retrain=true] [tune.timeout=null] [tune.sampler_seed=0]
 
@@ -15,6 +30,8 @@ accuracy) is retrained over ``tune.seeds`` new seeds (1000, 1001, ...) as a ``ra
 multirun into the MLflow experiment ``tune-<study>`` (finished seeds are skipped on re-runs),
 and ``outputs/tune/<study>/best.yaml`` is written as an experiment config recording where it
 came from.  Tuning and selection on validation data are not privacy-accounted (as in the paper).
+An adaptive sampler (TPE) reads earlier trials' scores, which the private search's theorem does
+not cover: it stays in this protocol.
 
 Search space, and why its learning rates leave the paper's range: :mod:`raco_cli.cli.tune_space`.
 """
@@ -37,31 +54,70 @@ TUNE_KEYS = {
     "trials": 200, "trial_seeds": 5, "seeds": 20, "storage": "sqlite:///outputs/optuna.db",
     "study": None, "retrain": True, "timeout": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
+PRIVATE_KEYS = {
+    "repetitions": "truncated_negative_binomial", "mean": 10, "shape": 1.0, "candidates": 16, "score_noise": 30.0,
+    "study": None, "sampler_seed": 0, "out": "outputs/tune",
+}  # fmt: skip
+PAPER_ONLY = sorted(set(TUNE_KEYS) - set(PRIVATE_KEYS))
+
+
+def scope_of(overrides: Sequence[str]) -> str:
+    """The privacy scope the overrides ask for (``model`` unless ``privacy.scope=paper``)."""
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "privacy.scope":
+            return value
+    return "model"
 
 
 def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """Split ``tune.*`` options from the training overrides."""
+    """Split ``tune.*`` options from the training overrides; the options of the overrides' scope."""
     import yaml
 
-    opts = dict(TUNE_KEYS)
-    overrides = []
-    for arg in argv:
-        if arg.startswith("tune."):
-            key, _, value = arg[len("tune.") :].partition("=")
-            if key not in TUNE_KEYS:
-                raise ConfigError(f"Unknown key tune.{key}. Allowed: {', '.join(f'tune.{k}' for k in TUNE_KEYS)}.")
-            opts[key] = yaml.safe_load(value) if value != "" else None
-        elif arg.startswith("-"):
+    overrides = [a for a in argv if not a.startswith("tune.")]
+    for arg in overrides:
+        if arg.startswith("-"):
             raise ConfigError(f"Unknown option {arg}. raco tune takes key=value overrides (raco tune --help).")
-        else:
-            overrides.append(arg)
-    if not any(o.startswith(("privacy.scope=", "+privacy.scope=")) for o in overrides):
-        # tuning reads exact validation accuracy and train feasibility: the paper's protocol
-        overrides.insert(0, "privacy.scope=paper")
-    for key in ("trials", "trial_seeds", "seeds"):
+    scope = scope_of(overrides)
+    keys = TUNE_KEYS if scope == "paper" else PRIVATE_KEYS
+    opts = dict(keys)
+    for arg in argv:
+        if not arg.startswith("tune."):
+            continue
+        key, _, value = arg[len("tune.") :].partition("=")
+        if key not in TUNE_KEYS and key not in PRIVATE_KEYS:
+            raise ConfigError(f"Unknown key tune.{key}. Allowed: {', '.join(f'tune.{k}' for k in {**TUNE_KEYS, **PRIVATE_KEYS})}.")
+        if key not in keys:
+            why = ("the private search draws its number of trials from tune.repetitions, trains one seed per trial, writes "
+                   "no study and releases its best trial instead of retraining") if scope != "paper" else \
+                  "it belongs to the private search (privacy.scope=model)"
+            raise ConfigError(f"tune.{key} is not an option of privacy.scope={scope} tuning: {why}. "
+                              f"Allowed: {', '.join(f'tune.{k}' for k in keys)}.")
+        opts[key] = yaml.safe_load(value) if value != "" else None
+    if scope == "paper":
+        if not any(o.lstrip("+").startswith("privacy.scope=") for o in overrides):
+            overrides.insert(0, "privacy.scope=paper")
+        for key in ("trials", "trial_seeds", "seeds"):
+            v = opts[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "seeds" else 1):
+                raise ConfigError(f"tune.{key} must be a positive integer (got tune.{key}={v!r}).")
+        return opts, overrides
+    from raco_cli.privacy.tuning import KINDS
+
+    if opts["repetitions"] not in KINDS:
+        raise ConfigError(f"tune.repetitions must be one of {', '.join(KINDS)} (got tune.repetitions={opts['repetitions']!r}).")
+    checks = {
+        "mean": (lambda v: v >= 1 and (opts["repetitions"] != "fixed" or float(v).is_integer()),
+                 "a number >= 1 (an integer for fixed repetitions)"),
+        "shape": (lambda v: v >= 0, "a number >= 0 (1: geometric, 0: logarithmic)"),
+        "candidates": (lambda v: float(v).is_integer() and v >= 1, "a positive integer"),
+        "score_noise": (lambda v: v > 0, "a positive number of rows"),
+        "sampler_seed": (lambda v: float(v).is_integer() and v >= 0, "a non-negative integer"),
+    }
+    for key, (ok, allowed) in checks.items():
         v = opts[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "seeds" else 1):
-            raise ConfigError(f"tune.{key} must be a positive integer (got tune.{key}={v!r}).")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+            raise ConfigError(f"tune.{key} must be {allowed} (got tune.{key}={v!r}).")
     return opts, overrides
 
 
@@ -252,6 +308,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     opts, overrides = parse_args(argv)
+    if scope_of(overrides) != "paper":
+        return private_main(opts, overrides)
     study, study_name = run_search(opts, overrides)
     best = best_feasible(study.get_trials(deepcopy=False))
     if best is None:
@@ -277,3 +335,68 @@ def main(argv: list[str]) -> int:
     records = [r for r in run_records(uri, experiment) if r["tags"].get("tune_trial") == str(best.number)]
     print(report(records, experiment=experiment, uri=uri, all_points=True))
     return 0
+
+
+def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
+    """The private search (privacy.scope=model): plan, trials, the best trial written as a run."""
+    from raco_cli.privacy.tuning import Repetitions
+    from raco_cli.run.private_search import PrivateSearch, SearchOptions
+
+    reps = Repetitions(str(opts["repetitions"]), float(opts["mean"]), float(opts["shape"]))  # type: ignore[arg-type]
+    search_opts = SearchOptions(repetitions=reps, candidates=int(opts["candidates"]), score_noise=float(opts["score_noise"]),
+                                sampler_seed=int(opts["sampler_seed"]), out=Path(str(opts["out"])), study=opts["study"])
+    print(f"private search ({reps.describe()}) over {search_opts.candidates} candidates: planning the per-trial budget ...")
+    search = PrivateSearch(search_opts, overrides)
+    study_name = search.study
+    print(f"eps {search.spec.eps:g} covers the search: per-trial eps {search.eps_trial:.4g}, search eps {search.eps_spent:.4f} "
+          f"(delta {search.spec.delta:.3g}); {len(search.usable)} of {search_opts.candidates} candidates fit the trial budget")
+    print("running the trials (their number and scores stay secret: only the best trial is released) ...")
+    best = search.run()
+    if best is None:
+        raise RacoError("The private search drew no trial (K = 0 under tune.repetitions=poisson); the release is empty. "
+                        "Run it again or use tune.repetitions=truncated_negative_binomial (K >= 1).")
+    if not best.feasible:
+        raise RacoError(f"No trial of the private search met constraint.gamma={search.spec.constraint.gamma:g} on its noisy "
+                        "training histograms; nothing is released. Use a larger eps, a looser constraint.gamma or more "
+                        "candidates (tune.candidates).")
+    run_dir = Path(str(opts["out"])) / study_name / "best"
+    summary = search.write(best, run_dir)
+    path = write_best_private(best, search, study_name=study_name, out=Path(str(opts["out"])) / study_name)
+    print(f"best trial: noisy val accuracy {summary['search']['noisy_val_accuracy']:.4f}; {' '.join(best.overrides)}")
+    print(f"test accuracy {summary['metrics']['test']['accuracy']:.4f}; eps_spent {summary['eps_spent']:.4f} for the whole search")
+    print(f"model and summary: {run_dir}; configuration: {path}")
+    return 0
+
+
+def write_best_private(best: Any, search: Any, *, study_name: str, out: Path) -> Path:
+    """``best.yaml`` of a private search: the chosen settings as an experiment config whose
+    ``method.tuned_on`` records the protocol and the eps of the search."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    rec = search.record(best)
+    nested: dict[str, Any] = {}
+    for o in best.overrides:
+        key, _, value = o.partition("=")
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    nested.setdefault("method", {})["tuned_on"] = {
+        "dataset": rec["tuned_on"]["dataset"], "split": rec["tuned_on"]["split"], "protocol": "private",
+        "search_eps": round(float(search.eps_spent), 6), "repetitions": search.opts.repetitions.describe(),
+    }
+    lines = [
+        "# @package _global_",
+        f"# Tuned by `raco tune` (privacy.scope=model) on {_dt.date.today().isoformat()}: a private search, {PROTOCOL_LINE},",
+        f"# eps {float(search.spec.eps):g} (spent {float(search.eps_spent):.4f}) covers it; per-trial eps {float(search.eps_trial):.4g}.",
+        f"# Search overrides: {' '.join(search.overrides)}",
+        "# Running these settings again on the same data spends a new eps (it composes with the search's).",
+    ]
+    path = out / "best.yaml"
+    path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(nested, sort_keys=True))
+    return path
+
+
+PROTOCOL_LINE = "Papernot & Steinke 2022"

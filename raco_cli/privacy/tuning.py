@@ -181,16 +181,23 @@ def draw_repetitions(reps: Repetitions, rng: np.random.Generator) -> int:
             return k
 
 
-def plan_trial_epsilon(total_eps: float, search_eps_at: Callable[[float], float], *, lo: float = 1e-3, rel_tol: float = 0.01) -> float:
-    """The largest per-trial eps (to ``rel_tol``) whose whole search stays within ``total_eps``,
-    by bisection on ``search_eps_at(trial_eps)`` (non-decreasing).  Raises ValueError when even
-    ``lo`` overspends."""
-    if search_eps_at(lo) > total_eps:
-        raise ValueError(f"even a per-trial eps of {lo:g} exceeds the search's total eps {total_eps:g}")
+def plan_trial_epsilon(total_eps: float, search_eps_at: Callable[[float], float], *, smallest: float = 1e-3,
+                       rel_tol: float = 0.01) -> float:
+    """The largest per-trial eps (to ``rel_tol``) whose whole search stays within ``total_eps``.
+
+    ``search_eps_at(trial_eps)`` grows with trial_eps where it is finite; it may be inf at very
+    small trial eps (no candidate can take a step).  The per-trial eps is halved from
+    ``total_eps`` until the search fits, then bisected.  Raises ValueError when it still does
+    not fit at ``smallest * total_eps``."""
     hi = total_eps
     if search_eps_at(hi) <= total_eps:
         return hi
-    while hi / lo > 1.0 + rel_tol:  # invariant: search(lo) <= total < search(hi)
+    lo = hi / 2.0
+    while search_eps_at(lo) > total_eps:  # invariant below: search(lo) <= total < search(hi)
+        if lo < smallest * total_eps:
+            raise ValueError(f"even a per-trial eps of {lo:.3g} exceeds the search's total eps {total_eps:g}")
+        lo, hi = lo / 2.0, lo
+    while hi / lo > 1.0 + rel_tol:
         mid = math.sqrt(lo * hi)
         if search_eps_at(mid) <= total_eps:
             lo = mid

@@ -20,11 +20,14 @@ log = logging.getLogger(__name__)
 
 
 def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started: float, curves: bool,
-               stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               stats: Mapping[str, Any] | None = None, search: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Re-account a trained run, write summary.json, model.pt, config.yaml (and curves.png)
     and its final MLflow records; return the summary.
 
-    ``stats``: extra run statistics (a group's share of wall time).
+    ``stats``: extra run statistics (a group's share of wall time).  ``search``: the run is the
+    released best trial of a private search (:mod:`raco_cli.run.private_search`), whose
+    ``eps_target``, ``eps_spent``, ``event`` and ``tuned_on`` replace the trial's and whose
+    ``search`` block is recorded.
 
     Raises:
         OutputError: the outputs cannot be written.
@@ -110,6 +113,8 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "privacy_scope": spec.scope,
         "preprocessing": prep.preprocessing,
     }
+    if search is not None:  # eps covers the search, not only this trial (its zCDP rho does not hold for the search)
+        summary.update({k: search[k] for k in ("eps_target", "eps_spent", "event", "tuned_on", "search")}, rho_spent=None)
     if recorder is not None:
         summary["mlflow"] = {"run_id": recorder.run_id, "experiment": spec.tracking.experiment, "uri": spec.tracking.uri}
     if "schema" in data.meta:  # dataset=table: the self-contained model for `raco predict`

@@ -69,6 +69,10 @@ preprocessing      (added in v1, optional) how features were scaled: public | dp
 estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
                    from its training split in one accounted release: bounds, levels,
                    missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
+search             (added in v1, optional; ``raco tune`` under scope=model) the private search whose best
+                   trial this run is: protocol, repetitions (kind, mean, shape), candidates, sampler_seed,
+                   eps_trial, score_noise, and the trial's noisy validation score (noisy_val_correct,
+                   noisy_val_rows, noisy_val_accuracy, noisy_feasible); eps_spent is the search's
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the
                    self-contained model for ``raco predict`` (``model``); its MLflow logged
                    model is ``mlflow.model_uri``
@@ -119,6 +123,11 @@ STATUS: dict[str, Any] = {
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
     "estimates": RELEASE,
+    # a private search's best trial (run/private_search.py): its settings and accounting are
+    # configuration, its score a release; the number of trials is never recorded
+    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates", "usable_candidates",
+                                "sampler_seed", "eps_trial", "score_noise"), PUBLIC),
+               **dict.fromkeys(("noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy", "noisy_feasible"), RELEASE)},
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,

@@ -169,7 +169,7 @@ def test_sweep_file_smoke_with_command_line_overrides(tmp_path):
 
 def test_tune_runs_resumes_and_retrains(tmp_path):
     db = tmp_path / "mlflow.db"
-    base = ["tune", *FAST, "constraint.gamma=0.5", "method.max_steps=30", "tune.trial_seeds=1", "tune.seeds=2", "tune.study=t",
+    base = ["tune", "privacy.scope=paper", *FAST, "constraint.gamma=0.5", "method.max_steps=30", "tune.trial_seeds=1", "tune.seeds=2", "tune.study=t",
             f"tune.storage=sqlite:///{tmp_path / 'optuna.db'}", f"tune.out={tmp_path / 'tune'}", f"tracking.uri=sqlite:///{db}"]
     res = raco(*base, "tune.trials=2", cwd=tmp_path)
     assert res.returncode == 0, res.stderr

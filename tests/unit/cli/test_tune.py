@@ -12,17 +12,20 @@ optuna = pytest.importorskip("optuna")
 
 
 def test_parse_args_splits_tune_options_from_overrides():
-    opts, overrides = tune_cmd.parse_args(["dataset=adult", "tune.trials=20", "tune.seeds=5", "eps=1"])
-    assert overrides == ["privacy.scope=paper", "dataset=adult", "eps=1"]  # tuning is the paper's protocol
+    opts, overrides = tune_cmd.parse_args(["privacy.scope=paper", "dataset=adult", "tune.trials=20", "tune.seeds=5", "eps=1"])
+    assert overrides == ["privacy.scope=paper", "dataset=adult", "eps=1"]  # the paper's protocol
     assert opts["trials"] == 20 and opts["seeds"] == 5 and opts["trial_seeds"] == 5
+    opts, overrides = tune_cmd.parse_args(["dataset=adult", "tune.mean=5", "eps=1"])
+    assert overrides == ["dataset=adult", "eps=1"]  # by default the private search (privacy.scope=model)
+    assert opts["mean"] == 5 and opts["repetitions"] == "truncated_negative_binomial"
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["tune.trails=3"], "Unknown key tune.trails. Allowed: tune.trials, tune.trial_seeds, tune.seeds, "),
-        (["tune.trials=0"], "tune.trials must be a positive integer (got tune.trials=0)."),
-        (["tune.trial_seeds=two"], "tune.trial_seeds must be a positive integer (got tune.trial_seeds='two')."),
+        (["privacy.scope=paper", "tune.trials=0"], "tune.trials must be a positive integer (got tune.trials=0)."),
+        (["privacy.scope=paper", "tune.trial_seeds=two"], "tune.trial_seeds must be a positive integer (got tune.trial_seeds='two')."),
         (["--fast"], "Unknown option --fast. raco tune takes key=value overrides (raco tune --help)."),
     ],
 )

@@ -1,0 +1,332 @@
+"""``raco tune`` under ``privacy.scope=model``: a private random search whose released model keeps
+one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accounting in
+:mod:`raco_cli.privacy.tuning`).
+
+1. **Candidates** (public): ``tune.candidates`` settings drawn from the search space of
+   :mod:`raco_cli.cli.tune_space` with ``tune.sampler_seed``; nothing here reads data.
+2. **Releases made once** (:func:`raco_cli.run.prepare.release_inputs`): n~ or the constraint's
+   cell counts, the DP standardisation, a table's private estimates.  Every trial plans from
+   them; they are composed once with the search.
+3. **Plan**: the largest per-trial eps whose whole search stays within ``eps``.  A trial draws one
+   candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
+   [the training run planned at that eps + the score release]; the search's curve follows from
+   the repetition theorem, the releases of step 2 are added, and the sum is converted at delta.
+4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed come from a generator
+   seeded with fresh OS entropy that is never written.  A trial is a ``scope=model`` training
+   run (secure noise) and its score, ``(correct, rows) + N(0, s^2 I)`` on the validation split
+   (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
+   record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
+   noisy histograms).  Trials are ranked by (noisy-feasible, noisy correct count).
+5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
+   ``eps_spent`` the search's.  K, the other trials and their scores are never written or
+   printed: the theorems bound the best alone (a released K reduces the search to a fixed
+   number of repetitions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raco_cli.errors import ConfigError, RacoError
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "private (Papernot & Steinke 2022)"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    repetitions: Any  # raco_cli.privacy.tuning.Repetitions
+    candidates: int
+    score_noise: float
+    sampler_seed: int
+    out: Path
+    study: str | None
+
+
+@dataclass
+class Trial:
+    """One trial's outputs: its model (in ``prep.model``), training result and noisy score."""
+
+    overrides: list[str]
+    prep: Any
+    result: Any
+    noisy_correct: float
+    noisy_rows: float
+    feasible: bool
+
+    @property
+    def rank(self) -> tuple[bool, float]:
+        return self.feasible, self.noisy_correct
+
+
+def draw_candidates(method: str, n: int, seed: int) -> list[list[str]]:
+    """``n`` settings of the method's search space (uniform, log-uniform where the space says
+    so), as config overrides: a function of the config alone.
+
+    >>> draw_candidates("dp_sgd", 2, 0)[0][0].startswith("method.noise_multiplier=")
+    True
+    """
+    from raco_cli.cli.tune_space import DEFAULT_SPACE, METHOD_SPACE, SPACE, trial_overrides
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        values: dict[str, float] = {}
+        for name in METHOD_SPACE.get(method, DEFAULT_SPACE):
+            p = SPACE[name]
+            if p.integer:
+                values[name] = int(rng.integers(int(p.low), int(p.high) + 1))
+            elif p.log:
+                values[name] = float(math.exp(rng.uniform(math.log(p.low), math.log(p.high))))
+            else:
+                values[name] = float(rng.uniform(p.low, p.high))
+        out.append(trial_overrides(values, method))
+    return out
+
+
+def study_name(spec: Any) -> str:
+    """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
+    return (f"private-{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{float(spec.eps):g}"
+            f"-gamma{float(spec.constraint.gamma):g}")
+
+
+@contextlib.contextmanager
+def _quiet(level: int = logging.WARNING) -> Iterator[None]:
+    """Planning composes many candidate runs and the trials train many: their per-run log lines
+    are not the search's (and per-trial lines would count the trials)."""
+    logger = logging.getLogger("raco_cli")
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def score_event(score_noise: float) -> Any:
+    """The event of a trial's score: ``(correct, rows) + N(0, s^2 I)``, L2 sensitivity sqrt(2)."""
+    import dp_accounting as dpa
+
+    return dpa.GaussianDpEvent(score_noise / math.sqrt(2.0))
+
+
+class PrivateSearch:
+    """Steps 1-3 at construction (:meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
+
+    def __init__(self, opts: SearchOptions, overrides: Sequence[str], *, say: Callable[[str], None] = print) -> None:
+        from raco_cli import methods
+        from raco_cli.cli.validate import compose_config
+        from raco_cli.methods.base import Seeds
+        from raco_cli.methods.planning import once_events
+        from raco_cli.run.prepare import release_inputs
+        from raco_cli.run.spec import build_run_spec
+
+        self.opts, self.overrides, self.say = opts, list(overrides), say
+        base = compose_config(self.overrides)  # bad overrides: one line, before any release
+        self.spec = build_run_spec(base)
+        self.study = opts.study or study_name(self.spec)
+        self.method = methods.get(self.spec.method.name)
+        if not self.method.PRIVATE:
+            raise ConfigError(f"privacy.scope=model tuning needs a private method (got method={self.spec.method.name}); "
+                              "tune a non-private method with privacy.scope=paper.")
+        self.candidates = draw_candidates(self.spec.method.name, opts.candidates, opts.sampler_seed)
+        # step 2: the releases every trial shares, made once (secure noise under scope=model)
+        self.released = release_inputs(self.spec, self.method, Seeds.from_seed(self.spec.seed))
+        once = once_events(self.released.method_spec)
+        self.before = once
+        self.delta = self.released.method_spec.accounting_delta(self.spec.delta)
+        self.eps_trial, self.eps_spent, self.usable = self.plan()
+
+    # -- step 3 -------------------------------------------------------------------------------
+    def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Any:
+        from raco_cli.cli.validate import compose_job
+
+        experiment = [] if any(o.lstrip("+").startswith("tracking.experiment=") for o in self.overrides) \
+            else [f"tracking.experiment=tune-{self.study}"]
+        return compose_job([*self.overrides, *experiment, *candidate, f"eps={eps!r}", f"seed={seed}"])
+
+    def _prepare(self, candidate: Sequence[str], eps: float, seed: int = 0) -> Any:
+        from raco_cli.run.prepare import prepare_run
+
+        return prepare_run(self._trial_config(candidate, eps, seed), released=self.released)
+
+    def _events(self, eps: float) -> dict[int, Any]:
+        """Candidate index -> its trial's event (training at ``eps`` + score) for the candidates
+        that can be planned at ``eps`` (a budget too small for one step drops a candidate)."""
+        import dp_accounting as dpa
+
+        out = {}
+        with _quiet(logging.ERROR):
+            for i, candidate in enumerate(self.candidates):
+                try:
+                    prep = self._prepare(candidate, eps)
+                except RacoError:
+                    continue
+                out[i] = dpa.ComposedDpEvent([prep.plan.event, score_event(self.opts.score_noise)])
+        return out
+
+    def search_epsilon(self, events: Mapping[int, Any]) -> float:
+        """eps at delta of the search whose trial draws among ``events`` (module doc, step 3)."""
+        import dp_accounting as dpa
+
+        from raco_cli.privacy.accountant import RacoPLDAccountant
+        from raco_cli.privacy.rdp import ORDERS, check_supported, rdp_curve
+        from raco_cli.privacy.tuning import search_epsilon, trial_curve
+
+        if not events:
+            return math.inf
+        for event in events.values():
+            why = check_supported(event)
+            if why is not None:
+                raise ConfigError(f"privacy.scope=model tuning needs an RDP curve of every trial: {why}. "
+                                  "Use method.sampling=independent.")
+        curve = trial_curve([rdp_curve(e) for e in events.values()])
+        before = rdp_curve(dpa.ComposedDpEvent(list(self.before))) if self.before else None
+        trial_delta = None
+        if self.opts.repetitions.kind == "poisson":  # Theorem 6's delta_hat, off each candidate's PLD
+            plds = []
+            for e in events.values():
+                acc = RacoPLDAccountant(self.spec.discretization)
+                acc.compose(e)
+                plds.append(acc.pld)
+
+            def trial_delta(eps_hat: np.ndarray) -> np.ndarray:
+                return np.max([[p.get_delta_for_epsilon(float(x)) for x in eps_hat] for p in plds], axis=0)
+
+        return search_epsilon(curve, self.opts.repetitions, self.delta, orders=ORDERS, trial_delta=trial_delta,
+                              before_rdp=before)
+
+    def plan(self) -> tuple[float, float, list[int]]:
+        """(per-trial eps, the search's eps, the candidates usable at it): the largest per-trial eps
+        whose search stays within ``eps`` (bisection, :func:`raco_cli.privacy.tuning.plan_trial_epsilon`)."""
+        from raco_cli.errors import PrivacyBudgetError
+        from raco_cli.privacy.tuning import plan_trial_epsilon
+
+        total = float(self.spec.eps)
+        cache: dict[float, tuple[float, dict[int, Any]]] = {}
+
+        def at(eps: float) -> float:
+            if eps not in cache:
+                events = self._events(eps)
+                cache[eps] = (self.search_epsilon(events), events)
+            return cache[eps][0]
+
+        try:
+            eps_trial = plan_trial_epsilon(total, at, smallest=1e-3, rel_tol=0.02)
+        except ValueError:
+            raise PrivacyBudgetError(
+                f"eps={total:g} is too small for a private search of {self.opts.repetitions.describe()}: no per-trial eps "
+                f"down to {total / 1000:.3g} keeps it within eps (or no candidate takes a step there). Use a larger eps, a "
+                "smaller tune.mean, or privacy.scope=paper."
+            ) from None
+        spent, events = cache[eps_trial]
+        return eps_trial, spent, sorted(events)
+
+    # -- step 4 -------------------------------------------------------------------------------
+    def _score(self, prep: Any, source: Any) -> tuple[float, float]:
+        """``(correct, rows) + N(0, s^2 I)`` on the validation split, with the trial's secure noise."""
+        import torch
+
+        from raco_cli.methods.gradients import engine_for
+        from raco_cli.methods.training import predict_logits
+        from raco_cli.privacy.mechanisms import gaussian_noise
+
+        data = prep.data
+        idx = np.asarray(data.splits["val"])
+        logits = predict_logits(engine_for(prep.model, micro_batch=prep.plan.spec.micro_batch), data, idx, prep.device)
+        correct = float(np.sum(np.argmax(logits, axis=1) == data.y[idx]))
+        noise = gaussian_noise((2,), self.opts.score_noise, source, dtype=torch.float64).cpu().numpy()
+        return correct + float(noise[0]), float(len(idx)) + float(noise[1])
+
+    def _trial(self, candidate: list[str], seed: int) -> Trial:
+        from raco_cli.methods.base import NullReporter
+        from raco_cli.privacy.mechanisms import noise_source
+
+        with _quiet(logging.ERROR):  # nothing per trial, warnings included: they would count the trials
+            prep = self._prepare(candidate, self.eps_trial, seed)
+            pplan = prep.plan
+            result = self.method.fit(prep.data, prep.model, prep.constraints, pplan.spec, steps=pplan.steps, seeds=prep.seeds,
+                                     device=prep.device, reporter=NullReporter())
+        release = result.selected_record.metrics.get("release") or {}
+        violation = release.get("noisy_violation")
+        # noisy-feasible: the noisy training rates meet the gamma asked for (a run under a margin
+        # trains against gamma - m; its noisy violation is measured against that target)
+        slack = float(np.min(prep.margins.margin)) if prep.margins is not None else 0.0
+        feasible = violation is None or float(violation) <= slack
+        correct, rows = self._score(prep, noise_source(0, "cpu", secure=True))  # os.urandom: no seed
+        return Trial(candidate, prep, result, correct, rows, bool(feasible))
+
+    def run(self) -> Trial | None:
+        """Draw K and run the trials; the best by (noisy-feasible, noisy correct count), None when
+        K = 0 (Poisson).  Prints nothing per trial."""
+        from raco_cli.privacy.tuning import draw_repetitions
+
+        rng = np.random.default_rng(secrets.randbits(128))  # fresh OS entropy, never written
+        k = draw_repetitions(self.opts.repetitions, rng)
+        best: Trial | None = None
+        for _ in range(k):
+            candidate = self.candidates[self.usable[int(rng.integers(len(self.usable)))]]
+            trial = self._trial(candidate, seed=int(rng.integers(2**31 - 1)))
+            if best is None or trial.rank > best.rank:
+                best = trial
+        return best
+
+    # -- step 5 -------------------------------------------------------------------------------
+    def record(self, best: Trial) -> dict[str, Any]:
+        """The search block of the best run's summary (``search``) and what it overrides."""
+        reps = self.opts.repetitions
+        return {
+            "eps_target": float(self.spec.eps),
+            "eps_spent": float(self.eps_spent),
+            "event": self.event_text(best),
+            "tuned_on": {"dataset": self.spec.dataset.name, "split": f"train/val of dataset.split_seed {self.spec.dataset.split_seed}",
+                         "protocol": PROTOCOL, "outside_eps": False, "searched": sorted(o.split("=", 1)[0] for o in best.overrides)},
+            "search": {
+                "protocol": PROTOCOL, "eps_covers": "the search", "repetitions": reps.kind, "mean": reps.mean,
+                "shape": reps.shape if reps.kind == "truncated_negative_binomial" else None,
+                "candidates": len(self.candidates), "usable_candidates": len(self.usable), "sampler_seed": self.opts.sampler_seed,
+                "eps_trial": float(self.eps_trial), "score_noise": self.opts.score_noise,
+                "noisy_val_correct": best.noisy_correct, "noisy_val_rows": best.noisy_rows,
+                "noisy_val_accuracy": best.noisy_correct / max(best.noisy_rows, 1.0), "noisy_feasible": best.feasible,
+            },
+        }
+
+    def event_text(self, best: Trial) -> str:
+        """What the search's eps accounts: the releases made once, then the best of K trials."""
+        import dp_accounting as dpa
+
+        trial = dpa.ComposedDpEvent([best.prep.plan.event, score_event(self.opts.score_noise)])
+        return (f"ComposedDpEvent([{', '.join(map(str, self.before))}{', ' if self.before else ''}"
+                f"RepeatAndSelect({self.opts.repetitions.describe()}; trial eps {self.eps_trial:.4g}; the trial drawn among "
+                f"{len(self.usable)} candidates, this one: {trial})])")
+
+    def write(self, best: Trial, run_dir: Path) -> dict[str, Any]:
+        """The best trial as a run: its outputs and MLflow records, eps_spent the search's."""
+        from raco_cli.run.finish import finish_run
+        from raco_cli.run.records import open_recorder
+        from raco_cli.run.train import draw_curves
+
+        started = time.time()
+        recorder = open_recorder(best.prep, run_dir, None)
+        status = "FAILED"
+        try:
+            summary = finish_run(best.prep, best.result, run_dir, recorder, started=started,
+                                 curves=draw_curves(best.prep.spec, None), search=self.record(best))
+            if recorder is not None:
+                recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search"})
+            status = "FINISHED"
+            return summary
+        finally:
+            if recorder is not None:
+                recorder.finish(status)

@@ -1,0 +1,148 @@
+"""The private search of ``raco tune`` (privacy.scope=model): its eps is the whole search's, its
+number of trials is drawn, and nothing but the best trial is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+
+from raco_cli.cli import tune_cmd
+from raco_cli.errors import ConfigError
+from raco_cli.privacy.tuning import Repetitions
+from raco_cli.run.private_search import (
+    PrivateSearch,
+    SearchOptions,
+    Trial,
+    draw_candidates,
+    score_event,
+)
+
+SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "method.max_steps=40", "method.eval_every=20",
+         "tracking=none"]
+
+
+def _search(tmp_path, reps, candidates=1, overrides=SMALL):
+    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, out=tmp_path, study="t")
+    return PrivateSearch(opts, overrides, say=lambda _: None)
+
+
+def test_the_search_eps_is_dp_accountings_repeat_and_select_of_the_trial(tmp_path):
+    """One candidate: the trial is one event, and the whole search (the releases made once, then
+    the best of K trials) is accounted by dp-accounting's own RDP accountant independently."""
+    reps = Repetitions("truncated_negative_binomial", 4.0, 1.0)
+    search = _search(tmp_path, reps)
+    assert search.usable == [0]
+    prep = search._prepare(search.candidates[0], search.eps_trial)
+    trial = dpa.ComposedDpEvent([prep.plan.event, score_event(30.0)])
+    library = rdp_lib.RdpAccountant()
+    library.compose(dpa.ComposedDpEvent([*search.before, dp_event.RepeatAndSelectDpEvent(trial, 4.0, 1.0)]))
+    assert search.eps_spent == pytest.approx(library.get_epsilon(search.delta), rel=1e-6)
+    assert search.eps_spent <= 2.0
+    one_trial = rdp_lib.RdpAccountant()
+    one_trial.compose(dpa.ComposedDpEvent([*search.before, trial]))
+    assert one_trial.get_epsilon(search.delta) < 0.7 * search.eps_spent  # the search costs well above one trial
+
+
+def test_fixed_repetitions_are_accounted_as_their_composition(tmp_path):
+    search = _search(tmp_path, Repetitions("fixed", 3))
+    prep = search._prepare(search.candidates[0], search.eps_trial)
+    trial = dpa.ComposedDpEvent([prep.plan.event, score_event(30.0)])
+    library = rdp_lib.RdpAccountant()
+    library.compose(dpa.ComposedDpEvent([*search.before, dpa.SelfComposedDpEvent(trial, 3)]))
+    assert search.eps_spent == pytest.approx(library.get_epsilon(search.delta), rel=1e-6)
+
+
+def test_the_number_of_trials_is_drawn_at_each_search(tmp_path, monkeypatch):
+    """run() draws K afresh (never the mean): over many searches with stub trials K varies and
+    averages the distribution's mean."""
+    reps = Repetitions("truncated_negative_binomial", 3.0, 1.0)
+    search = _search(tmp_path, reps)
+    counts = []
+
+    def stub(self, candidate, seed):
+        counts[-1] += 1
+        return Trial(list(candidate), None, None, float(seed), 1.0, True)
+
+    monkeypatch.setattr(PrivateSearch, "_trial", stub)
+    for _ in range(300):
+        counts.append(0)
+        search.run()
+    assert len(set(counts)) > 3
+    assert np.mean(counts) == pytest.approx(3.0, rel=0.2)
+
+
+def test_trials_are_ranked_feasible_first_then_by_noisy_count():
+    a = Trial([], None, None, 900.0, 1000.0, False)
+    b = Trial([], None, None, 800.0, 1000.0, True)
+    c = Trial([], None, None, 850.0, 1000.0, True)
+    assert max([a, b, c], key=lambda t: t.rank) is c
+
+
+def test_candidates_are_a_function_of_the_seed_alone():
+    assert draw_candidates("raco_dp", 5, 3) == draw_candidates("raco_dp", 5, 3)
+    assert draw_candidates("raco_dp", 5, 3) != draw_candidates("raco_dp", 5, 4)
+    lrs = [float(c[2].split("=")[1]) for c in draw_candidates("raco_dp", 200, 0)]
+    assert min(lrs) >= 0.01 and max(lrs) <= 10.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tune.trials=5"], "tune.trials is not an option of privacy.scope=model tuning"),
+        (["tune.repetitions=geometric"], "tune.repetitions must be one of poisson, truncated_negative_binomial, fixed"),
+        (["tune.mean=0.5"], "tune.mean must be a number >= 1"),
+        (["tune.repetitions=fixed", "tune.mean=2.5"], "an integer for fixed repetitions"),
+        (["privacy.scope=paper", "tune.mean=3"], "tune.mean is not an option of privacy.scope=paper tuning"),
+    ],
+)
+def test_bad_private_options_are_one_line(args, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        tune_cmd.parse_args(args)
+
+
+def test_a_non_private_method_is_tuned_under_the_paper_scope(tmp_path):
+    with pytest.raises(ConfigError, match="privacy.scope=paper"):
+        _search(tmp_path, Repetitions("fixed", 1), overrides=[*SMALL, "method=sgd"])
+
+
+def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
+    """End to end: the best trial is a run whose eps_spent is the search's, whose records name
+    the protocol, and nothing written counts the trials."""
+    db = tmp_path / "mlflow.db"
+    args = [sys.executable, "-m", "raco_cli", "tune", *[a for a in SMALL if a != "tracking=none"], "tune.candidates=3",
+            "tune.mean=3", "tune.study=s", f"tune.out={tmp_path / 'tune'}", f"tracking.uri=sqlite:///{db}"]
+    res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "tune" / "s" / "best"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["eps_target"] == 2.0 and 1.5 < summary["eps_spent"] <= 2.0
+    assert summary["search"]["protocol"].startswith("private") and summary["search"]["eps_covers"] == "the search"
+    assert summary["tuned_on"]["protocol"].startswith("private") and summary["tuned_on"]["outside_eps"] is False
+    assert "RepeatAndSelect" in summary["event"] and summary["rho_spent"] is None
+    assert summary["search"]["eps_trial"] < summary["eps_spent"]
+    # the best trial's run and its configuration: no file per trial, no study
+    written = sorted(str(p.relative_to(tmp_path / "tune")) for p in (tmp_path / "tune").rglob("*") if p.is_file())
+    assert written == ["s/best.yaml", "s/best/.mlflow_run_id", "s/best/config.yaml", "s/best/curves.png", "s/best/model.pt", "s/best/summary.json"]
+    assert not any(k in summary["search"] for k in ("trials", "k", "n_trials"))
+    best_yaml = (tmp_path / "tune" / "s" / "best.yaml").read_text()
+    assert "protocol: private" in best_yaml and "search_eps" in best_yaml
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("tune-s")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1  # the best trial only
+    assert runs[0].data.metrics["privacy/eps_spent"] == pytest.approx(summary["eps_spent"])
+    assert runs[0].data.tags["raco.tune.eps_covers"] == "the search"
+    assert "per-trial eps" in res.stdout and math.isfinite(summary["metrics"]["test"]["accuracy"])
+    assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
+
