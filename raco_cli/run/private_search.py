@@ -2,8 +2,9 @@
 one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accounting in
 :mod:`raco_cli.privacy.tuning`).
 
-1. **Candidates** (public): ``tune.candidates`` settings drawn from the search space of
-   :mod:`raco_cli.cli.tune_space` with ``tune.sampler_seed``; nothing here reads data.
+1. **Candidates** (public): the configuration as given, and ``tune.candidates - 1`` settings
+   drawn from the search space of :mod:`raco_cli.cli.tune_space` with ``tune.sampler_seed``;
+   nothing here reads data.
 2. **Releases made once** (:func:`raco_cli.run.prepare.release_inputs`): n~ or the constraint's
    cell counts, the DP standardisation, a table's private estimates.  Every trial plans from
    them; they are composed once with the search.
@@ -140,13 +141,16 @@ class PrivateSearch:
         if not self.method.PRIVATE:
             raise ConfigError(f"privacy.scope=model tuning needs a private method (got method={self.spec.method.name}); "
                               "tune a non-private method with privacy.scope=paper.")
-        self.candidates = draw_candidates(self.spec.method.name, opts.candidates, opts.sampler_seed)
+        # candidate 0 is the configuration as given (its own values, e.g. the shipped defaults): the
+        # search is then never limited to random settings alone
+        self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed)]
         # step 2: the releases every trial shares, made once (secure noise under scope=model)
         self.released = release_inputs(self.spec, self.method, Seeds.from_seed(self.spec.seed))
         once = once_events(self.released.method_spec)
         self.before = once
         self.delta = self.released.method_spec.accounting_delta(self.spec.delta)
-        self.eps_trial, self.eps_spent, self.usable = self.plan()
+        self.eps_trial, self.eps_spent, self.trial_events = self.plan()
+        self.usable = sorted(self.trial_events)
 
     # -- step 3 -------------------------------------------------------------------------------
     def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Any:
@@ -207,8 +211,8 @@ class PrivateSearch:
         return search_epsilon(curve, self.opts.repetitions, self.delta, orders=ORDERS, trial_delta=trial_delta,
                               before_rdp=before)
 
-    def plan(self) -> tuple[float, float, list[int]]:
-        """(per-trial eps, the search's eps, the candidates usable at it): the largest per-trial eps
+    def plan(self) -> tuple[float, float, dict[int, Any]]:
+        """(per-trial eps, the search's eps, the usable candidates' trial events): the largest per-trial eps
         whose search stays within ``eps`` (bisection, :func:`raco_cli.privacy.tuning.plan_trial_epsilon`)."""
         from raco_cli.errors import PrivacyBudgetError
         from raco_cli.privacy.tuning import plan_trial_epsilon
@@ -231,7 +235,7 @@ class PrivateSearch:
                 "smaller tune.mean, or privacy.scope=paper."
             ) from None
         spent, events = cache[eps_trial]
-        return eps_trial, spent, sorted(events)
+        return eps_trial, spent, events
 
     # -- step 4 -------------------------------------------------------------------------------
     def _score(self, prep: Any, source: Any) -> tuple[float, float]:
@@ -249,13 +253,18 @@ class PrivateSearch:
         noise = gaussian_noise((2,), self.opts.score_noise, source, dtype=torch.float64).cpu().numpy()
         return correct + float(noise[0]), float(len(idx)) + float(noise[1])
 
-    def _trial(self, candidate: list[str], seed: int) -> Trial:
+    def _trial(self, index: int, seed: int) -> Trial:
+        import dp_accounting as dpa
+
         from raco_cli.methods.base import NullReporter
         from raco_cli.privacy.mechanisms import noise_source
 
+        candidate = self.candidates[index]
         with _quiet(logging.ERROR):  # nothing per trial, warnings included: they would count the trials
             prep = self._prepare(candidate, self.eps_trial, seed)
             pplan = prep.plan
+            if repr(dpa.ComposedDpEvent([pplan.event, score_event(self.opts.score_noise)])) != repr(self.trial_events[index]):
+                raise RuntimeError(f"trial of candidate {index} planned {pplan.event}, not the event the search accounted")
             result = self.method.fit(prep.data, prep.model, prep.constraints, pplan.spec, steps=pplan.steps, seeds=prep.seeds,
                                      device=prep.device, reporter=NullReporter())
         release = result.selected_record.metrics.get("release") or {}
@@ -276,8 +285,8 @@ class PrivateSearch:
         k = draw_repetitions(self.opts.repetitions, rng)
         best: Trial | None = None
         for _ in range(k):
-            candidate = self.candidates[self.usable[int(rng.integers(len(self.usable)))]]
-            trial = self._trial(candidate, seed=int(rng.integers(2**31 - 1)))
+            index = self.usable[int(rng.integers(len(self.usable)))]
+            trial = self._trial(index, seed=int(rng.integers(2**31 - 1)))
             if best is None or trial.rank > best.rank:
                 best = trial
         return best
@@ -290,8 +299,7 @@ class PrivateSearch:
             "eps_target": float(self.spec.eps),
             "eps_spent": float(self.eps_spent),
             "event": self.event_text(best),
-            "tuned_on": {"dataset": self.spec.dataset.name, "split": f"train/val of dataset.split_seed {self.spec.dataset.split_seed}",
-                         "protocol": PROTOCOL, "outside_eps": False, "searched": sorted(o.split("=", 1)[0] for o in best.overrides)},
+            "tuned_on": self.tuned_on(best),
             "search": {
                 "protocol": PROTOCOL, "eps_covers": "the search", "repetitions": reps.kind, "mean": reps.mean,
                 "shape": reps.shape if reps.kind == "truncated_negative_binomial" else None,
@@ -301,6 +309,17 @@ class PrivateSearch:
                 "noisy_val_accuracy": best.noisy_correct / max(best.noisy_rows, 1.0), "noisy_feasible": best.feasible,
             },
         }
+
+    def tuned_on(self, best: Trial) -> dict[str, Any]:
+        """Where the released settings come from: the search, and for the keys it did not set, the
+        configuration's own ``method.tuned_on`` (values tuned non-privately on this very dataset
+        stay ``outside_eps``: the search's eps does not cover how they were chosen)."""
+        from raco_cli.run.finish import tuned_on
+
+        given = tuned_on(best.prep.spec)
+        return {"dataset": self.spec.dataset.name, "split": f"train/val of dataset.split_seed {self.spec.dataset.split_seed}",
+                "protocol": PROTOCOL, "searched": sorted(o.split("=", 1)[0] for o in best.overrides),
+                "others": given, "outside_eps": bool(given and given.get("outside_eps"))}
 
     def event_text(self, best: Trial) -> str:
         """What the search's eps accounts: the releases made once, then the best of K trials."""

@@ -68,9 +68,9 @@ def test_the_number_of_trials_is_drawn_at_each_search(tmp_path, monkeypatch):
     search = _search(tmp_path, reps)
     counts = []
 
-    def stub(self, candidate, seed):
+    def stub(self, index, seed):
         counts[-1] += 1
-        return Trial(list(candidate), None, None, float(seed), 1.0, True)
+        return Trial(list(self.candidates[index]), None, None, float(seed), 1.0, True)
 
     monkeypatch.setattr(PrivateSearch, "_trial", stub)
     for _ in range(300):

@@ -1,0 +1,37 @@
+"""The price of a private search: the per-trial eps each repetition distribution leaves inside one
+total eps (planning only: no trial is trained, nothing is written).
+
+    python scripts/private_tuning_cost.py dataset=adult constraint=dp eps=1
+
+prints, per distribution, the per-trial eps ``raco tune`` would plan and the search's eps.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from raco_cli.privacy.tuning import Repetitions
+from raco_cli.run.private_search import PrivateSearch, SearchOptions
+
+SETTINGS = [
+    Repetitions("fixed", 1),
+    Repetitions("truncated_negative_binomial", 3.0, 1.0),
+    Repetitions("truncated_negative_binomial", 10.0, 1.0),
+    Repetitions("truncated_negative_binomial", 10.0, 0.0),
+    Repetitions("poisson", 10.0),
+    Repetitions("fixed", 10),
+]
+
+
+def main(overrides: list[str]) -> int:
+    print(f"{'repetitions':<48} {'per-trial eps':>13} {'search eps':>10}")
+    for reps in SETTINGS:
+        opts = SearchOptions(repetitions=reps, candidates=16, score_noise=30.0, sampler_seed=0, out=Path("outputs/tune"), study=None)
+        search = PrivateSearch(opts, [*overrides, "tracking=none"], say=lambda _: None)
+        print(f"{reps.describe():<48} {search.eps_trial:>13.4f} {search.eps_spent:>10.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
