@@ -1,14 +1,14 @@
 """``raco tune``: hyperparameter search, private by default.
 
     raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05
-              [tune.repetitions=truncated_negative_binomial] [tune.mean=10] [tune.shape=1]
+              [tune.repetitions=poisson] [tune.mean=10] [tune.shape=1]
               [tune.candidates=16] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
 
 **privacy.scope=model** (the default): a private random search (Papernot & Steinke 2022,
 :mod:`raco_cli.run.private_search`).  A random number of trials K (``tune.repetitions``:
-``truncated_negative_binomial`` with ``tune.mean`` and ``tune.shape`` (1 = geometric),
-``poisson`` with ``tune.mean``, or ``fixed`` ``tune.mean`` trials, the naive baseline accounted by
-plain composition), each a private run of a candidate drawn from ``tune.candidates`` settings
+``poisson`` with ``tune.mean`` (the default), ``truncated_negative_binomial`` with ``tune.mean``
+and ``tune.shape`` (1 = geometric, 0 = logarithmic), or ``fixed`` ``tune.mean`` trials, the naive
+baseline accounted by plain composition), each a private run of a candidate drawn from ``tune.candidates`` settings
 of the search space and scored by a noisy validation count (``tune.score_noise`` rows); only
 the best trial is released, to ``<tune.out>/<study>/best`` and MLflow, with one eps for the
 whole search: ``eps`` is the total, the per-trial eps is planned inside it.
@@ -55,7 +55,7 @@ TUNE_KEYS = {
     "study": None, "retrain": True, "timeout": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
 PRIVATE_KEYS = {
-    "repetitions": "truncated_negative_binomial", "mean": 10, "shape": 1.0, "candidates": 16, "score_noise": 30.0,
+    "repetitions": "poisson", "mean": 10, "shape": 1.0, "candidates": 16, "score_noise": 30.0,
     "study": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
 PAPER_ONLY = sorted(set(TUNE_KEYS) - set(PRIVATE_KEYS))

@@ -17,7 +17,7 @@ def test_parse_args_splits_tune_options_from_overrides():
     assert opts["trials"] == 20 and opts["seeds"] == 5 and opts["trial_seeds"] == 5
     opts, overrides = tune_cmd.parse_args(["dataset=adult", "tune.mean=5", "eps=1"])
     assert overrides == ["dataset=adult", "eps=1"]  # by default the private search (privacy.scope=model)
-    assert opts["mean"] == 5 and opts["repetitions"] == "truncated_negative_binomial"
+    assert opts["mean"] == 5 and opts["repetitions"] == "poisson"
 
 
 @pytest.mark.parametrize(
