@@ -31,7 +31,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,7 +125,7 @@ def score_event(score_noise: float) -> Any:
 class PrivateSearch:
     """Steps 1-3 at construction (:meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
 
-    def __init__(self, opts: SearchOptions, overrides: Sequence[str], *, say: Callable[[str], None] = print) -> None:
+    def __init__(self, opts: SearchOptions, overrides: Sequence[str]) -> None:
         from raco_cli import methods
         from raco_cli.cli.validate import compose_config
         from raco_cli.methods.base import Seeds
@@ -133,7 +133,7 @@ class PrivateSearch:
         from raco_cli.run.prepare import release_inputs
         from raco_cli.run.spec import build_run_spec
 
-        self.opts, self.overrides, self.say = opts, list(overrides), say
+        self.opts, self.overrides = opts, list(overrides)
         base = compose_config(self.overrides)  # bad overrides: one line, before any release
         self.spec = build_run_spec(base)
         self.study = opts.study or study_name(self.spec)
@@ -146,9 +146,10 @@ class PrivateSearch:
         self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed)]
         # step 2: the releases every trial shares, made once (secure noise under scope=model)
         self.released = release_inputs(self.spec, self.method, Seeds.from_seed(self.spec.seed))
-        once = once_events(self.released.method_spec)
-        self.before = once
+        self.before = once_events(self.released.method_spec)
         self.delta = self.released.method_spec.accounting_delta(self.spec.delta)
+        with _quiet(logging.ERROR):  # the configuration as given must plan as one run at eps (its errors are the user's)
+            self._prepare([], float(self.spec.eps))
         self.eps_trial, self.eps_spent, self.trial_events = self.plan()
         self.usable = sorted(self.trial_events)
 

@@ -32,7 +32,7 @@ SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "meth
 
 def _search(tmp_path, reps, candidates=1, overrides=SMALL):
     opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, out=tmp_path, study="t")
-    return PrivateSearch(opts, overrides, say=lambda _: None)
+    return PrivateSearch(opts, overrides)
 
 
 def test_the_search_eps_is_dp_accountings_repeat_and_select_of_the_trial(tmp_path):
