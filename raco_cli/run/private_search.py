@@ -245,14 +245,19 @@ class PrivateSearch:
 
         from raco_cli.methods.gradients import engine_for
         from raco_cli.methods.training import predict_logits
+        from raco_cli.privacy import releases
         from raco_cli.privacy.mechanisms import gaussian_noise
 
         data = prep.data
         idx = np.asarray(data.splits["val"])
-        logits = predict_logits(engine_for(prep.model, micro_batch=prep.plan.spec.micro_batch), data, idx, prep.device)
-        correct = float(np.sum(np.argmax(logits, axis=1) == data.y[idx]))
-        noise = gaussian_noise((2,), self.opts.score_noise, source, dtype=torch.float64).cpu().numpy()
-        return correct + float(noise[0]), float(len(idx)) + float(noise[1])
+
+        def noisy() -> tuple[float, float]:
+            logits = predict_logits(engine_for(prep.model, micro_batch=prep.plan.spec.micro_batch), data, idx, prep.device)
+            correct = float(np.sum(np.argmax(logits, axis=1) == data.y[idx]))
+            noise = gaussian_noise((2,), self.opts.score_noise, source, dtype=torch.float64).cpu().numpy()
+            return correct + float(noise[0]), float(len(idx)) + float(noise[1])
+
+        return releases.release("tune_score", noisy)
 
     def _trial(self, index: int, seed: int) -> Trial:
         import dp_accounting as dpa
@@ -280,14 +285,19 @@ class PrivateSearch:
     def run(self) -> Trial | None:
         """Draw K and run the trials; the best by (noisy-feasible, noisy correct count), None when
         K = 0 (Poisson).  Prints nothing per trial."""
+        from raco_cli.privacy import releases
         from raco_cli.privacy.tuning import draw_repetitions
 
-        rng = np.random.default_rng(secrets.randbits(128))  # fresh OS entropy, never written
-        k = draw_repetitions(self.opts.repetitions, rng)
+        def draw() -> list[tuple[int, int]]:
+            rng = np.random.default_rng(secrets.randbits(128))  # fresh OS entropy, never written
+            k = draw_repetitions(self.opts.repetitions, rng)
+            return [(self.usable[int(rng.integers(len(self.usable)))], int(rng.integers(2**31 - 1))) for _ in range(k)]
+
+        # (candidate, seed) of each trial: not a function of the data, but on the release tape so
+        # that a replay (tests/e2e/test_replay.py) redraws the same search
         best: Trial | None = None
-        for _ in range(k):
-            index = self.usable[int(rng.integers(len(self.usable)))]
-            trial = self._trial(index, seed=int(rng.integers(2**31 - 1)))
+        for index, seed in releases.release("tune_draws", draw):
+            trial = self._trial(index, seed=seed)
             if best is None or trial.rank > best.rank:
                 best = trial
         return best

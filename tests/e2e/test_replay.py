@@ -127,3 +127,42 @@ def test_replay_catches_an_unrecorded_release(monkeypatch, tmp_path, bad):
     tape.entries = [(k, v) for k, v in tape.entries if k != bad]
     with pytest.raises(RuntimeError, match="tape"), releases.replaying(tape):
         _train(monkeypatch, tmp_path, "neighbour", _data(df, y, group, "public"), "model")
+
+
+def _search(monkeypatch, tmp_path, name, data):
+    """A private search (raco tune, scope=model) on ``data``: its best trial written to ``name``."""
+    from raco_cli.privacy.tuning import Repetitions
+    from raco_cli.run import prepare
+    from raco_cli.run.private_search import PrivateSearch, SearchOptions
+
+    monkeypatch.setattr(prepare, "load_data", lambda spec: data)
+    opts = SearchOptions(repetitions=Repetitions("truncated_negative_binomial", 2.0, 1.0), candidates=3, score_noise=30.0,
+                         sampler_seed=0, out=tmp_path, study="replay")
+    search = PrivateSearch(opts, ["dataset=synthetic", "constraint=dp", "eps=3", "method.batch_size=150", "method.max_steps=30",
+                                  "method.eval_every=10", "constraint.confidence=null", "tracking=none"])
+    best = search.run()
+    assert best is not None
+    summary = search.write(best, tmp_path / name)
+    return summary, torch.load(tmp_path / name / "model.pt")
+
+
+@pytest.mark.slow  # a whole search: planning (bisection over the candidates) and its trials, twice
+def test_a_private_search_writes_only_post_processing_of_its_releases(monkeypatch, tmp_path):
+    """raco tune under scope=model: the search on data whose every training and validation row
+    was replaced, fed the first search's tape (its releases made once, every trial's releases
+    and noisy score, and its draws of K, candidates and seeds), writes the same best model and
+    summary: the choice among the trials reads the data only through accounted releases."""
+    df, y, group = _table()
+    splits = stratified_split(y, group, seed=0)
+    df2 = _replace_rows(df, np.concatenate([splits["train"], splits["val"]]))
+    with releases.recording() as tape:
+        s1, m1 = _search(monkeypatch, tmp_path, "original", _data(df, y, group, "public"))
+    kinds = tape.kinds()
+    assert kinds["tune_draws"] == 1 and kinds["tune_score"] >= 1 and kinds["size"] == 1
+    with releases.replaying(tape):
+        s2, m2 = _search(monkeypatch, tmp_path, "neighbour", _data(df2, y, group, "public"))
+    for key in m1:
+        assert torch.equal(m1[key], m2[key]), key
+    assert s1["search"]["noisy_val_correct"] == s2["search"]["noisy_val_correct"]
+    assert s1 == s2
+    assert s1["metrics"]["test"]  # the test split is unchanged: exact evaluation, the same
