@@ -58,7 +58,7 @@ PRIVATE_KEYS = {
     "repetitions": "poisson", "mean": 10, "shape": 1.0, "candidates": 16, "score_noise": 30.0,
     "study": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
-PAPER_ONLY = sorted(set(TUNE_KEYS) - set(PRIVATE_KEYS))
+PROTOCOL_LINE = "Papernot & Steinke 2022"
 
 
 def scope_of(overrides: Sequence[str]) -> str:
@@ -398,5 +398,3 @@ def write_best_private(best: Any, search: Any, *, study_name: str, out: Path) ->
     path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(nested, sort_keys=True))
     return path
 
-
-PROTOCOL_LINE = "Papernot & Steinke 2022"

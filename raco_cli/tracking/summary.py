@@ -123,11 +123,12 @@ STATUS: dict[str, Any] = {
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)
     "estimates": RELEASE,
-    # a private search's best trial (run/private_search.py): its settings and accounting are
-    # configuration, its score a release; the number of trials is never recorded
-    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates", "usable_candidates",
-                                "sampler_seed", "eps_trial", "score_noise"), PUBLIC),
-               **dict.fromkeys(("noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy", "noisy_feasible"), RELEASE)},
+    # a private search's best trial (run/private_search.py): its settings are configuration; its
+    # plan (planned from n~) and its score are releases; the number of trials is never recorded
+    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates", "sampler_seed",
+                                "score_noise"), PUBLIC),
+               **dict.fromkeys(("usable_candidates", "eps_trial", "noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy",
+                                "noisy_feasible"), RELEASE)},
     # the selected step, its feasibility and the multipliers are functions of noisy releases
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
