@@ -91,8 +91,9 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
             why = ("the private search draws its number of trials from tune.repetitions, trains one seed per trial, writes "
                    "no study and releases its best trial instead of retraining") if scope != "paper" else \
                   "it belongs to the private search (privacy.scope=model)"
+            other = "privacy.scope=paper (the paper's protocol, outside eps)" if scope != "paper" else "privacy.scope=model"
             raise ConfigError(f"tune.{key} is not an option of privacy.scope={scope} tuning: {why}. "
-                              f"Allowed: {', '.join(f'tune.{k}' for k in keys)}.")
+                              f"Allowed: {', '.join(f'tune.{k}' for k in keys)}; tune.{key} needs {other}.")
         opts[key] = yaml.safe_load(value) if value != "" else None
     if scope == "paper":
         if not any(o.lstrip("+").startswith("privacy.scope=") for o in overrides):
