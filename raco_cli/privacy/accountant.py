@@ -62,7 +62,7 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
         ):
             return self._compose_shared(event, count, do_compose)
         if isinstance(event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)):
-            leaves = _flatten(event)
+            leaves = flatten(event)
             if len(leaves) > 1 and all(type(e) is dpa.GaussianDpEvent and e.noise_multiplier > 0 for e, _ in leaves):
                 # plain (not subsampled) Gaussians compose exactly into one Gaussian: one PLD
                 # instead of many, and no discretisation error accumulated over the leaves
@@ -71,7 +71,7 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
         return super()._maybe_compose(event, count, do_compose)
 
     def _compose_shared(self, event: dpa.PoissonSampledDpEvent, count: int, do_compose: bool):  # noqa: ANN202
-        leaves = _flatten(event.event)
+        leaves = flatten(event.event)
         laplaces = [e for e, _ in leaves if isinstance(e, dpa.LaplaceDpEvent)]
         gaussians = [(e, n) for e, n in leaves if isinstance(e, dpa.GaussianDpEvent)]
         if len(laplaces) + len(gaussians) != len(leaves) or len(laplaces) > 1 or not gaussians:
@@ -130,12 +130,12 @@ def randomized_response_epsilon(event: dpa.RandomizedResponseDpEvent) -> float:
     return math.log(2.0 / p - 1.0)
 
 
-def _flatten(event: dpa.DpEvent, count: int = 1) -> list[tuple[dpa.DpEvent, int]]:
+def flatten(event: dpa.DpEvent, count: int = 1) -> list[tuple[dpa.DpEvent, int]]:
     """Leaves of Composed/SelfComposed trees with their multiplicities."""
     if isinstance(event, dpa.ComposedDpEvent):
-        return [leaf for e in event.events for leaf in _flatten(e, count)]
+        return [leaf for e in event.events for leaf in flatten(e, count)]
     if isinstance(event, dpa.SelfComposedDpEvent):
-        return _flatten(event.event, count * event.count)
+        return flatten(event.event, count * event.count)
     return [(event, count)]
 
 
@@ -182,7 +182,7 @@ def plain_gaussian_noise(event: dpa.DpEvent) -> float | None:
     >>> round(plain_gaussian_noise(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(2.0), 4)), 6)
     1.0
     """
-    leaves = [(e, n) for e, n in _flatten(event) if n > 0]
+    leaves = [(e, n) for e, n in flatten(event) if n > 0]
     if not leaves or not all(type(e) is dpa.GaussianDpEvent and e.noise_multiplier > 0 for e, _ in leaves):
         return None
     return 1.0 / math.sqrt(sum(n / e.noise_multiplier**2 for e, n in leaves))  # combined_gaussian_noise, with counts

@@ -30,8 +30,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 from scipy.special import logsumexp
 
 from raco_cli.privacy.accountant import (
-    _flatten,
     combined_gaussian_noise,
+    flatten,
     randomized_response_epsilon,
 )
 
@@ -117,7 +117,7 @@ class RacoRdpAccountant(rdp_lib.RdpAccountant):
                     self._rdp += count * subsampled_laplace_rdp(event.sampling_probability, inner.noise_multiplier, self._orders)
                 return None
             if isinstance(inner, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)):
-                leaves = _flatten(inner)
+                leaves = flatten(inner)
                 if not all(type(e) is dpa.GaussianDpEvent for e, _ in leaves):
                     return self.CompositionErrorDetails(
                         invalid_event=event,
