@@ -9,7 +9,6 @@ prints, per distribution, the per-trial eps ``raco tune`` would plan and the sea
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from raco_cli.privacy.tuning import Repetitions
 from raco_cli.run.private_search import PrivateSearch, SearchOptions
@@ -27,7 +26,7 @@ SETTINGS = [
 def main(overrides: list[str]) -> int:
     print(f"{'repetitions':<48} {'per-trial eps':>13} {'search eps':>10}")
     for reps in SETTINGS:
-        opts = SearchOptions(repetitions=reps, candidates=16, score_noise=30.0, sampler_seed=0, out=Path("outputs/tune"), study=None)
+        opts = SearchOptions(repetitions=reps, candidates=16, score_noise=30.0, sampler_seed=0, study=None)
         search = PrivateSearch(opts, [*overrides, "tracking=none"])
         print(f"{reps.describe():<48} {search.eps_trial:>13.4f} {search.eps_spent:>10.4f}", flush=True)
     return 0

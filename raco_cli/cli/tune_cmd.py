@@ -260,6 +260,25 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     return study, study_name
 
 
+def nested_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """Overrides as nested YAML mappings (a dotted YAML key is one key, not a path).
+
+    >>> nested_overrides(["method.options.lam=4.0", "method.lr=0.5"])
+    {'method': {'options': {'lam': 4.0}, 'lr': 0.5}}
+    """
+    import yaml
+
+    nested: dict[str, Any] = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return nested
+
+
 def write_best(trial: Any, *, study_name: str, storage: str, overrides: Sequence[str], n_trials: int, out: Path) -> Path:
     """``best.yaml``: the best configuration as an experiment config with its provenance."""
     out.mkdir(parents=True, exist_ok=True)
@@ -276,16 +295,7 @@ def write_best(trial: Any, *, study_name: str, storage: str, overrides: Sequence
     ]
     import yaml
 
-    nested: dict[str, Any] = {}
-    for o in ovr:  # method.options.lam=4.0 -> {method: {options: {lam: 4.0}}} (a dotted YAML key is one key)
-        key, _, value = o.partition("=")
-        *parents, leaf = key.split(".")
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
-
-    text = "\n".join(lines) + "\n" + yaml.safe_dump(nested, sort_keys=True)
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(nested_overrides(ovr), sort_keys=True)
     path = out / "best.yaml"
     path.write_text(text)
     return path
@@ -345,7 +355,7 @@ def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
 
     reps = Repetitions(str(opts["repetitions"]), float(opts["mean"]), float(opts["shape"]))  # type: ignore[arg-type]
     search_opts = SearchOptions(repetitions=reps, candidates=int(opts["candidates"]), score_noise=float(opts["score_noise"]),
-                                sampler_seed=int(opts["sampler_seed"]), out=Path(str(opts["out"])), study=opts["study"])
+                                sampler_seed=int(opts["sampler_seed"]), study=opts["study"])
     print(f"private search ({reps.describe()}) over {search_opts.candidates} candidates: planning the per-trial budget ...")
     search = PrivateSearch(search_opts, overrides)
     study_name = search.study
@@ -376,14 +386,7 @@ def write_best_private(best: Any, search: Any, *, study_name: str, out: Path) ->
 
     out.mkdir(parents=True, exist_ok=True)
     rec = search.record(best)
-    nested: dict[str, Any] = {}
-    for o in best.overrides:
-        key, _, value = o.partition("=")
-        *parents, leaf = key.split(".")
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+    nested = nested_overrides(best.overrides)
     nested.setdefault("method", {})["tuned_on"] = {
         "dataset": rec["tuned_on"]["dataset"], "split": rec["tuned_on"]["split"], "protocol": "private",
         "search_eps": round(float(search.eps_spent), 6), "repetitions": search.opts.repetitions.describe(),

@@ -40,8 +40,6 @@ import numpy as np
 
 from raco_cli.errors import ConfigError, RacoError
 
-log = logging.getLogger(__name__)
-
 PROTOCOL = "private (Papernot & Steinke 2022)"
 
 
@@ -51,7 +49,6 @@ class SearchOptions:
     candidates: int
     score_noise: float
     sampler_seed: int
-    out: Path
     study: str | None
 
 
@@ -166,11 +163,15 @@ class PrivateSearch:
 
         return prepare_run(self._trial_config(candidate, eps, seed), released=self.released)
 
+    def trial_event(self, plan_event: Any) -> Any:
+        """The event of one trial: its training run's plan, then its score release."""
+        import dp_accounting as dpa
+
+        return dpa.ComposedDpEvent([plan_event, score_event(self.opts.score_noise)])
+
     def _events(self, eps: float) -> dict[int, Any]:
         """Candidate index -> its trial's event (training at ``eps`` + score) for the candidates
         that can be planned at ``eps`` (a budget too small for one step drops a candidate)."""
-        import dp_accounting as dpa
-
         out = {}
         with _quiet(logging.ERROR):
             for i, candidate in enumerate(self.candidates):
@@ -178,14 +179,14 @@ class PrivateSearch:
                     prep = self._prepare(candidate, eps)
                 except RacoError:
                     continue
-                out[i] = dpa.ComposedDpEvent([prep.plan.event, score_event(self.opts.score_noise)])
+                out[i] = self.trial_event(prep.plan.event)
         return out
 
     def search_epsilon(self, events: Mapping[int, Any]) -> float:
         """eps at delta of the search whose trial draws among ``events`` (module doc, step 3)."""
         import dp_accounting as dpa
 
-        from raco_cli.privacy.accountant import RacoPLDAccountant
+        from raco_cli.privacy.accountant import step_pld
         from raco_cli.privacy.rdp import ORDERS, check_supported, rdp_curve
         from raco_cli.privacy.tuning import search_epsilon, trial_curve
 
@@ -200,14 +201,10 @@ class PrivateSearch:
         before = rdp_curve(dpa.ComposedDpEvent(list(self.before))) if self.before else None
         trial_delta = None
         if self.opts.repetitions.kind == "poisson":  # Theorem 6's delta_hat, off each candidate's PLD
-            plds = []
-            for e in events.values():
-                acc = RacoPLDAccountant(self.spec.discretization)
-                acc.compose(e)
-                plds.append(acc.pld)
+            plds = [step_pld(e, discretization=self.spec.discretization) for e in events.values()]
 
-            def trial_delta(eps_hat: np.ndarray) -> np.ndarray:
-                return np.max([[p.get_delta_for_epsilon(float(x)) for x in eps_hat] for p in plds], axis=0)
+            def trial_delta(eps_hat: np.ndarray) -> np.ndarray:  # a non-private trial (no PLD): delta 1
+                return np.max([[1.0 if p is None else p.get_delta_for_epsilon(float(x)) for x in eps_hat] for p in plds], axis=0)
 
         return search_epsilon(curve, self.opts.repetitions, self.delta, orders=ORDERS, trial_delta=trial_delta,
                               before_rdp=before)
@@ -260,8 +257,6 @@ class PrivateSearch:
         return releases.release("tune_score", noisy)
 
     def _trial(self, index: int, seed: int) -> Trial:
-        import dp_accounting as dpa
-
         from raco_cli.methods.base import NullReporter
         from raco_cli.privacy.mechanisms import noise_source
 
@@ -269,7 +264,7 @@ class PrivateSearch:
         with _quiet(logging.ERROR):  # nothing per trial, warnings included: they would count the trials
             prep = self._prepare(candidate, self.eps_trial, seed)
             pplan = prep.plan
-            if repr(dpa.ComposedDpEvent([pplan.event, score_event(self.opts.score_noise)])) != repr(self.trial_events[index]):
+            if repr(self.trial_event(pplan.event)) != repr(self.trial_events[index]):
                 raise RuntimeError(f"trial of candidate {index} planned {pplan.event}, not the event the search accounted")
             result = self.method.fit(prep.data, prep.model, prep.constraints, pplan.spec, steps=pplan.steps, seeds=prep.seeds,
                                      device=prep.device, reporter=NullReporter())
@@ -334,9 +329,7 @@ class PrivateSearch:
 
     def event_text(self, best: Trial) -> str:
         """What the search's eps accounts: the releases made once, then the best of K trials."""
-        import dp_accounting as dpa
-
-        trial = dpa.ComposedDpEvent([best.prep.plan.event, score_event(self.opts.score_noise)])
+        trial = self.trial_event(best.prep.plan.event)
         return (f"ComposedDpEvent([{', '.join(map(str, self.before))}{', ' if self.before else ''}"
                 f"RepeatAndSelect({self.opts.repetitions.describe()}; trial eps {self.eps_trial:.4g}; the trial drawn among "
                 f"{len(self.usable)} candidates, this one: {trial})])")

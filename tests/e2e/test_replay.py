@@ -137,7 +137,7 @@ def _search(monkeypatch, tmp_path, name, data):
 
     monkeypatch.setattr(prepare, "load_data", lambda spec: data)
     opts = SearchOptions(repetitions=Repetitions("truncated_negative_binomial", 2.0, 1.0), candidates=3, score_noise=30.0,
-                         sampler_seed=0, out=tmp_path, study="replay")
+                         sampler_seed=0, study="replay")
     search = PrivateSearch(opts, ["dataset=synthetic", "constraint=dp", "eps=3", "method.batch_size=150", "method.max_steps=30",
                                   "method.eval_every=10", "constraint.confidence=null", "tracking=none"])
     best = search.run()
