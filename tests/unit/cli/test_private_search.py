@@ -119,7 +119,8 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     the protocol, and nothing written counts the trials."""
     db = tmp_path / "mlflow.db"
     args = [sys.executable, "-m", "raco_cli", "tune", *[a for a in SMALL if a != "tracking=none"], "tune.candidates=3",
-            "tune.mean=3", "tune.study=s", f"tune.out={tmp_path / 'tune'}", f"tracking.uri=sqlite:///{db}"]
+            # K >= 1 always: under poisson(3) one run in twenty draws K = 0 and releases nothing
+            "tune.repetitions=truncated_negative_binomial", "tune.mean=3", "tune.study=s", f"tune.out={tmp_path / 'tune'}", f"tracking.uri=sqlite:///{db}"]
     res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     run = tmp_path / "tune" / "s" / "best"
@@ -146,3 +147,15 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert "per-trial eps" in res.stdout and math.isfinite(summary["metrics"]["test"]["accuracy"])
     assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
 
+
+
+def test_a_poisson_draw_of_no_trial_releases_nothing_and_says_so(tmp_path, monkeypatch, capsys):
+    """K = 0 (probability exp(-mean) under poisson): one clear error, no run directory, no best.yaml."""
+    from raco_cli.errors import RacoError
+    from raco_cli.privacy import tuning
+
+    monkeypatch.setattr(tuning, "draw_repetitions", lambda reps, rng: 0)
+    opts, overrides = tune_cmd.parse_args([*SMALL, "tune.candidates=1", "tune.mean=2", f"tune.out={tmp_path / 'tune'}"])
+    with pytest.raises(RacoError, match=r"drew no trial \(K = 0 under tune.repetitions=poisson\)"):
+        tune_cmd.private_main(opts, overrides)
+    assert not (tmp_path / "tune").exists()
