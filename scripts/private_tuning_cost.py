@@ -26,7 +26,7 @@ SETTINGS = [
 def main(overrides: list[str]) -> int:
     print(f"{'repetitions':<48} {'per-trial eps':>13} {'search eps':>10}")
     for reps in SETTINGS:
-        opts = SearchOptions(repetitions=reps, candidates=16, score_noise=30.0, sampler_seed=0, study=None)
+        opts = SearchOptions(repetitions=reps, candidates=8, score_noise=30.0, sampler_seed=0, study=None)
         search = PrivateSearch(opts, [*overrides, "tracking=none"])
         print(f"{reps.describe():<48} {search.eps_trial:>13.4f} {search.eps_spent:>10.4f}", flush=True)
     return 0

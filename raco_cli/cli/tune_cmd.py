@@ -2,7 +2,7 @@
 
     raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05
               [tune.repetitions=poisson] [tune.mean=10] [tune.shape=1]
-              [tune.candidates=16] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
+              [tune.candidates=8] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
 
 **privacy.scope=model** (the default): a private random search (Papernot & Steinke 2022,
 :mod:`raco_cli.run.private_search`).  A random number of trials K (``tune.repetitions``:
@@ -55,7 +55,7 @@ TUNE_KEYS = {
     "study": None, "retrain": True, "timeout": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
 PRIVATE_KEYS = {
-    "repetitions": "poisson", "mean": 10, "shape": 1.0, "candidates": 16, "score_noise": 30.0,
+    "repetitions": "poisson", "mean": 10, "shape": 1.0, "candidates": 8, "score_noise": 30.0,
     "study": None, "sampler_seed": 0, "out": "outputs/tune",
 }  # fmt: skip
 PROTOCOL_LINE = "Papernot & Steinke 2022"

@@ -71,3 +71,41 @@ def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
         v = 1.0 / value if p.inverse else value
         out.append(f"{p.key}={int(v) if p.integer else float(v)!r}")
     return out
+
+
+# The private search's space (``raco tune`` under privacy.scope=model, :mod:`raco_cli.run.private_search`):
+# log-uniform factors around the configuration as given, as resolved for the data (its auto batch
+# size from the released n~, its auto dual step from the released cell sizes).  Not the paper's
+# absolute ranges: a private search cannot afford candidates that cannot learn, and its noisy score
+# barely tells apart those that can.  Measured on Parkinsons (~3 700 training rows) at a per-trial
+# eps of 0.33: the paper's batch sizes 256-1 256 leave 2-15 noisy steps a trial, and one search in
+# ten released a 2-step model (test accuracy 0.61; docs/privacy.md "Tuning inside eps").
+LOCAL_FACTOR = {
+    "noise_multiplier": 1.5,  # sigma trades steps for noise inside eps: 3 -> [2, 4.5]
+    "laplace_b": 2.0,  # the histogram's Laplace scale
+    "lr": 4.0,
+    "lr_dual": 4.0,
+    "batch_size": 4.0,  # n~/16 (auto) -> [n~/64, n~/4], within [MIN_BATCH, n~/2]
+    "temperature": 2.0,
+    "lam": 4.0,
+}
+MIN_BATCH = 8
+
+
+def local_overrides(values: Mapping[str, float], factors: Mapping[str, float], n_train: float) -> list[str]:
+    """Config overrides of one local candidate: each given value times its drawn factor.
+
+    ``values`` are the configuration's resolved values (``laplace_b`` as the histogram's noise
+    multiplier, ``method.hist_noise_multiplier``); ``n_train`` bounds the batch size.
+
+    >>> local_overrides({"lr": 4.0, "batch_size": 256}, {"lr": 0.5, "batch_size": 4.0}, n_train=600)
+    ['method.lr=2.0', 'method.batch_size=300']
+    """
+    out = []
+    for name, factor in factors.items():
+        p = SPACE[name]
+        v = float(f"{float(values[name]) * float(factor):.4g}")  # 4 digits: readable in best.yaml
+        if p.integer:
+            v = int(min(max(round(v), MIN_BATCH), max(MIN_BATCH, n_train // 2)))
+        out.append(f"{p.key}={int(v) if p.integer else float(v)!r}")
+    return out

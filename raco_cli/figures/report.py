@@ -72,6 +72,7 @@ def report(
         )
     if not by_method:
         lines.append("  (none)")
+    lines += _search_lines(records)
     failed = [r for r in records if r.get("status") == "FAILED"]
     if failed:
         lines.append("")
@@ -79,3 +80,33 @@ def report(
         for rec in failed[:10]:
             lines.append(f"  {rec['run_id'][:8]} {rec.get('tags', {}).get('raco.error', '(no error recorded)')[:160]}")
     return "\n".join(lines)
+
+
+def _search_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The price of tuning inside eps, one line per private search's released run (``raco tune``
+    under privacy.scope=model, tags ``raco.tune.*``): eps covers the search, so each trial
+    trained at a fraction of it.
+
+    >>> rec = {"tags": {"raco.tune.eps_covers": "the search", "method": "raco_dp", "raco.tune.eps_trial": "0.425",
+    ...        "raco.tune.repetitions": "poisson: mean 10", "raco.tune.candidates": "8"},
+    ...        "params": {"eps": "1.0"}, "metrics": {"privacy/eps_spent": 0.9998, "final/test/accuracy": 0.8235}}
+    >>> print("\\n".join(_search_lines([rec])))
+    <BLANKLINE>
+    Private searches (raco tune, privacy.scope=model): eps covers the whole search, so each trial trained at less
+      raco_dp    eps=1      search eps 0.9998; each trial at eps 0.425 (42% of it); poisson: mean 10 over 8 candidates; test accuracy 0.8235
+    """
+    searches = [r for r in records if r.get("tags", {}).get("raco.tune.eps_covers") == "the search"]
+    if not searches:
+        return []
+    lines = ["", "Private searches (raco tune, privacy.scope=model): eps covers the whole search, so each trial trained at less"]
+    for r in searches:
+        tags, metrics = r.get("tags", {}), r.get("metrics", {})
+        target = float(r.get("params", {}).get("eps", "nan"))
+        trial = float(tags.get("raco.tune.eps_trial", "nan"))
+        acc = metrics.get("final/test/accuracy")
+        lines.append(
+            f"  {tags.get('method') or r.get('params', {}).get('method.name', '?'):<10} eps={target:<6g} search eps {metrics.get('privacy/eps_spent', math.nan):.4g}; "
+            f"each trial at eps {trial:.3g} ({_pct(trial / target)} of it); {tags.get('raco.tune.repetitions', '?')} over "
+            f"{tags.get('raco.tune.candidates', '?')} candidates; test accuracy {'-' if acc is None else f'{acc:.4f}'}"
+        )
+    return lines

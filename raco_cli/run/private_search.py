@@ -2,16 +2,18 @@
 one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accounting in
 :mod:`raco_cli.privacy.tuning`).
 
-1. **Candidates** (public): the configuration as given, and ``tune.candidates - 1`` settings
-   drawn from the search space of :mod:`raco_cli.cli.tune_space` with ``tune.sampler_seed``;
-   nothing here reads data.
-2. **Releases made once** (:func:`raco_cli.run.prepare.release_inputs`): n~ or the constraint's
+1. **Releases made once** (:func:`raco_cli.run.prepare.release_inputs`): n~ or the constraint's
    cell counts, the DP standardisation, a table's private estimates.  Every trial plans from
    them; they are composed once with the search.
+2. **Candidates** (post-processing of the configuration and those releases): the configuration
+   as given, and ``tune.candidates - 1`` local settings drawn with ``tune.sampler_seed``: each
+   searched value of the configuration, as resolved for the data (auto batch size from n~,
+   auto dual step from the released cell sizes), times a log-uniform factor
+   (:data:`raco_cli.cli.tune_space.LOCAL_FACTOR`).
 3. **Plan**: the largest per-trial eps whose whole search stays within ``eps``.  A trial draws one
    candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
    [the training run planned at that eps + the score release]; the search's curve follows from
-   the repetition theorem, the releases of step 2 are added, and the sum is converted at delta.
+   the repetition theorem, the releases of step 1 are added, and the sum is converted at delta.
 4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed come from a generator
    seeded with fresh OS entropy that is never written.  A trial is a ``scope=model`` training
    run (secure noise) and its score, ``(correct, rows) + N(0, s^2 I)`` on the validation split
@@ -68,29 +70,32 @@ class Trial:
         return self.feasible, self.noisy_correct
 
 
-def draw_candidates(method: str, n: int, seed: int) -> list[list[str]]:
-    """``n`` settings of the method's search space (uniform, log-uniform where the space says
-    so), as config overrides: a function of the config alone.
+def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float) -> list[list[str]]:
+    """``n`` local candidates: each searched value of the method times a log-uniform factor in
+    [1/f, f] (``raco_cli.cli.tune_space.LOCAL_FACTOR``), as config overrides.  ``values`` are the
+    configuration's own values as resolved for the data and ``n_train`` the released n~: a
+    function of the configuration and accounted releases only (post-processing).
 
-    >>> draw_candidates("dp_sgd", 2, 0)[0][0].startswith("method.noise_multiplier=")
-    True
+    >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
+    'method.noise_multiplier=3.352'
     """
-    from raco_cli.cli.tune_space import DEFAULT_SPACE, METHOD_SPACE, SPACE, trial_overrides
+    from raco_cli.cli.tune_space import DEFAULT_SPACE, LOCAL_FACTOR, METHOD_SPACE, local_overrides
 
+    names = [name for name in METHOD_SPACE.get(method, DEFAULT_SPACE) if values.get(name) is not None]
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        values: dict[str, float] = {}
-        for name in METHOD_SPACE.get(method, DEFAULT_SPACE):
-            p = SPACE[name]
-            if p.integer:
-                values[name] = int(rng.integers(int(p.low), int(p.high) + 1))
-            elif p.log:
-                values[name] = float(math.exp(rng.uniform(math.log(p.low), math.log(p.high))))
-            else:
-                values[name] = float(rng.uniform(p.low, p.high))
-        out.append(trial_overrides(values, method))
+        factors = {name: math.exp(rng.uniform(-math.log(LOCAL_FACTOR[name]), math.log(LOCAL_FACTOR[name]))) for name in names}
+        out.append(local_overrides(values, factors, n_train))
     return out
+
+
+def searched_values(spec: Any) -> dict[str, Any]:
+    """The values a local candidate scales: the run's method spec as planned (auto batch size
+    and dual step resolved from the released sizes), by the search space's names."""
+    return {"noise_multiplier": spec.noise_multiplier, "laplace_b": spec.hist_noise_multiplier, "lr": spec.lr,
+            "lr_dual": spec.lr_dual, "batch_size": spec.batch_size, "temperature": spec.temperature,
+            "lam": spec.options.get("lam")}
 
 
 def study_name(spec: Any) -> str:
@@ -120,7 +125,7 @@ def score_event(score_noise: float) -> Any:
 
 
 class PrivateSearch:
-    """Steps 1-3 at construction (:meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
+    """Steps 1-3 at construction (step 3 in :meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
 
     def __init__(self, opts: SearchOptions, overrides: Sequence[str]) -> None:
         from raco_cli import methods
@@ -138,15 +143,17 @@ class PrivateSearch:
         if not self.method.PRIVATE:
             raise ConfigError(f"privacy.scope=model tuning needs a private method (got method={self.spec.method.name}); "
                               "tune a non-private method with privacy.scope=paper.")
-        # candidate 0 is the configuration as given (its own values, e.g. the shipped defaults): the
-        # search is then never limited to random settings alone
-        self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed)]
-        # step 2: the releases every trial shares, made once (secure noise under scope=model)
+        # step 1: the releases every trial shares, made once (secure noise under scope=model)
         self.released = release_inputs(self.spec, self.method, Seeds.from_seed(self.spec.seed))
         self.before = once_events(self.released.method_spec)
         self.delta = self.released.method_spec.accounting_delta(self.spec.delta)
         with _quiet(logging.ERROR):  # the configuration as given must plan as one run at eps (its errors are the user's)
-            self._prepare([], float(self.spec.eps))
+            given = self._prepare([], float(self.spec.eps))
+        # step 2: candidate 0 is the configuration as given (e.g. the shipped defaults); the others
+        # scale its values as resolved from the releases (auto batch size from n~, auto dual step)
+        n_train = given.plan.spec.size_of(len(np.asarray(given.data.splits["train"])))
+        self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed,
+                                                searched_values(given.plan.spec), n_train)]
         self.eps_trial, self.eps_spent, self.trial_events = self.plan()
         self.usable = sorted(self.trial_events)
 
@@ -347,7 +354,10 @@ class PrivateSearch:
             summary = finish_run(best.prep, best.result, run_dir, recorder, started=started,
                                  curves=draw_curves(best.prep.spec, None), search=self.record(best))
             if recorder is not None:
-                recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search"})
+                recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search",  # raco report's price line
+                                   "raco.tune.eps_trial": f"{self.eps_trial:.6g}",
+                                   "raco.tune.repetitions": self.opts.repetitions.describe(),
+                                   "raco.tune.candidates": str(len(self.candidates))})
             status = "FINISHED"
             return summary
         finally:

@@ -87,11 +87,39 @@ def test_trials_are_ranked_feasible_first_then_by_noisy_count():
     assert max([a, b, c], key=lambda t: t.rank) is c
 
 
-def test_candidates_are_a_function_of_the_seed_alone():
-    assert draw_candidates("raco_dp", 5, 3) == draw_candidates("raco_dp", 5, 3)
-    assert draw_candidates("raco_dp", 5, 3) != draw_candidates("raco_dp", 5, 4)
-    lrs = [float(c[2].split("=")[1]) for c in draw_candidates("raco_dp", 200, 0)]
-    assert min(lrs) >= 0.01 and max(lrs) <= 10.0
+GIVEN = {"noise_multiplier": 3.0, "laplace_b": 12.0, "lr": 4.0, "lr_dual": 0.2, "batch_size": 256, "temperature": 2.0,
+         "lam": None}
+
+
+def _values(candidate):
+    return {o.split("=")[0]: float(o.split("=")[1]) for o in candidate}
+
+
+def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_tilde():
+    """Each searched value is the given one times a factor in [1/f, f]; the batch size stays
+    within [8, n~/2]; nothing else enters (no data)."""
+    assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) == draw_candidates("raco_dp", 5, 3, GIVEN, 4000)
+    assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) != draw_candidates("raco_dp", 5, 4, GIVEN, 4000)
+    drawn = [_values(c) for c in draw_candidates("raco_dp", 300, 0, GIVEN, 600)]
+    lrs = [v["method.lr"] for v in drawn]
+    assert 1.0 <= min(lrs) < 1.3 and 12.5 < max(lrs) <= 16.0  # 4 x [1/4, 4], spread over it
+    assert all(2.0 <= v["method.noise_multiplier"] <= 4.5 for v in drawn)
+    batches = [v["method.batch_size"] for v in drawn]
+    assert min(batches) >= 64 and max(batches) == 300  # 256 x [1/4, 4], capped at n~/2 = 300
+    assert all(set(v) == {"method.noise_multiplier", "method.hist_noise_multiplier", "method.lr", "method.lr_dual",
+                          "method.batch_size", "method.temperature"} for v in drawn)  # lam is None: not raco_dp's
+    assert [set(_values(c)) for c in draw_candidates("dp_sgd", 1, 0, GIVEN, 600)] == [
+        {"method.noise_multiplier", "method.lr", "method.batch_size"}]
+
+
+def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(tmp_path):
+    """Candidate 0 is the configuration as given; the others scale its auto batch size, which is
+    the power of two nearest n~/16 (a release), not a fixed range."""
+    search = _search(tmp_path, Repetitions("fixed", 1), candidates=6, overrides=[*SMALL, "method.batch_size=auto"])
+    assert search.candidates[0] == []
+    given = search._prepare([], float(search.spec.eps)).plan.spec.batch_size
+    batches = [_values(c)["method.batch_size"] for c in search.candidates[1:]]
+    assert all(given / 4 - 1 <= b <= given * 4 + 1 for b in batches) and len(set(batches)) > 1
 
 
 @pytest.mark.parametrize(
@@ -144,6 +172,12 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert len(runs) == 1  # the best trial only
     assert runs[0].data.metrics["privacy/eps_spent"] == pytest.approx(summary["eps_spent"])
     assert runs[0].data.tags["raco.tune.eps_covers"] == "the search"
+    from raco_cli.figures.report import report
+    from raco_cli.tracking.mlflow_store import run_records
+
+    text = report(run_records(f"sqlite:///{db}", "tune-s"), experiment="tune-s", uri=f"sqlite:///{db}")
+    price = f"each trial at eps {summary['search']['eps_trial']:.3g} ("
+    assert "Private searches" in text and price in text and "over 3 candidates" in text, text
     assert "per-trial eps" in res.stdout and math.isfinite(summary["metrics"]["test"]["accuracy"])
     assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
 
