@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,22 @@ def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
 # barely tells apart those that can.  Measured on Parkinsons (~3 700 training rows) at a per-trial
 # eps of 0.33: the paper's batch sizes 256-1 256 leave 2-15 noisy steps a trial, and one search in
 # ten released a 2-step model (test accuracy 0.61; docs/privacy.md "Tuning inside eps").
-LOCAL_FACTOR = {
-    "noise_multiplier": 1.5,  # sigma trades steps for noise inside eps: 3 -> [2, 4.5]
-    "laplace_b": 2.0,  # the histogram's Laplace scale
-    "lr": 4.0,
-    "lr_dual": 4.0,
-    "batch_size": 4.0,  # n~/16 (auto) -> [n~/64, n~/4], within [MIN_BATCH, n~/2]
-    "temperature": 2.0,
-    "lam": 4.0,
+LOCAL_RANGE = {  # name -> (low, high): the factor is log-uniform in [low, high]
+    "noise_multiplier": (1 / 1.5, 1.5),  # sigma trades steps for noise inside eps: 3 -> [2, 4.5]
+    "laplace_b": (0.5, 2.0),  # the histogram's Laplace scale
+    "lr": (0.25, 4.0),
+    "lr_dual": (0.25, 4.0),
+    # n~/16 (auto) -> [n~/128, n~/8], within [MIN_BATCH, n~/2]: a trial's eps is a fraction of the
+    # run's, and at a smaller eps smaller batches keep enough steps (the search leaves out a
+    # candidate planned for fewer than FEW_STEPS; Parkinsons at per-trial eps 0.38: batch 256 -> 16 steps)
+    "batch_size": (0.125, 2.0),
+    "temperature": (0.5, 2.0),
+    "lam": (0.25, 4.0),
 }
 MIN_BATCH = 8
 
 
-def local_overrides(values: Mapping[str, float], factors: Mapping[str, float], n_train: float) -> list[str]:
+def local_overrides(values: Mapping[str, Any], factors: Mapping[str, float], n_train: float) -> list[str]:
     """Config overrides of one local candidate: each given value times its drawn factor.
 
     ``values`` are the configuration's resolved values (``laplace_b`` as the histogram's noise

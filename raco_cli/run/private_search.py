@@ -9,7 +9,7 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    as given, and ``tune.candidates - 1`` local settings drawn with ``tune.sampler_seed``: each
    searched value of the configuration, as resolved for the data (auto batch size from n~,
    auto dual step from the released cell sizes), times a log-uniform factor
-   (:data:`raco_cli.cli.tune_space.LOCAL_FACTOR`).
+   (:data:`raco_cli.cli.tune_space.LOCAL_RANGE`).
 3. **Plan**: the largest per-trial eps whose whole search stays within ``eps``.  A trial draws one
    candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
    [the training run planned at that eps + the score release]; the search's curve follows from
@@ -71,21 +71,21 @@ class Trial:
 
 
 def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float) -> list[list[str]]:
-    """``n`` local candidates: each searched value of the method times a log-uniform factor in
-    [1/f, f] (``raco_cli.cli.tune_space.LOCAL_FACTOR``), as config overrides.  ``values`` are the
+    """``n`` local candidates: each searched value of the method times a log-uniform factor
+    (``raco_cli.cli.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
     configuration's own values as resolved for the data and ``n_train`` the released n~: a
     function of the configuration and accounted releases only (post-processing).
 
     >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
     'method.noise_multiplier=3.352'
     """
-    from raco_cli.cli.tune_space import DEFAULT_SPACE, LOCAL_FACTOR, METHOD_SPACE, local_overrides
+    from raco_cli.cli.tune_space import DEFAULT_SPACE, LOCAL_RANGE, METHOD_SPACE, local_overrides
 
     names = [name for name in METHOD_SPACE.get(method, DEFAULT_SPACE) if values.get(name) is not None]
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        factors = {name: math.exp(rng.uniform(-math.log(LOCAL_FACTOR[name]), math.log(LOCAL_FACTOR[name]))) for name in names}
+        factors = {name: math.exp(rng.uniform(*np.log(LOCAL_RANGE[name]))) for name in names}
         out.append(local_overrides(values, factors, n_train))
     return out
 
@@ -178,16 +178,21 @@ class PrivateSearch:
 
     def _events(self, eps: float) -> dict[int, Any]:
         """Candidate index -> its trial's event (training at ``eps`` + score) for the candidates
-        that can be planned at ``eps`` (a budget too small for one step drops a candidate)."""
-        out = {}
+        planned for at least ``FEW_STEPS`` noisy steps at ``eps`` (fewer is too few to learn: a run
+        warns), or, when none is, for those that take a step at all.  The steps are planned from
+        the configuration and n~: the choice reads no data."""
+        from raco_cli.run.prepare import FEW_STEPS
+
+        out, steps = {}, {}
         with _quiet(logging.ERROR):
             for i, candidate in enumerate(self.candidates):
                 try:
                     prep = self._prepare(candidate, eps)
-                except RacoError:
+                except RacoError:  # a budget too small for one step
                     continue
-                out[i] = self.trial_event(prep.plan.event)
-        return out
+                out[i], steps[i] = self.trial_event(prep.plan.event), prep.plan.steps
+        enough = {i: e for i, e in out.items() if steps[i] >= FEW_STEPS}
+        return enough or out
 
     def search_epsilon(self, events: Mapping[int, Any]) -> float:
         """eps at delta of the search whose trial draws among ``events`` (module doc, step 3)."""

@@ -96,8 +96,8 @@ def _values(candidate):
 
 
 def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_tilde():
-    """Each searched value is the given one times a factor in [1/f, f]; the batch size stays
-    within [8, n~/2]; nothing else enters (no data)."""
+    """Each searched value is the given one times a factor in its LOCAL_RANGE; the batch size
+    stays within [8, n~/2]; nothing else enters (no data)."""
     assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) == draw_candidates("raco_dp", 5, 3, GIVEN, 4000)
     assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) != draw_candidates("raco_dp", 5, 4, GIVEN, 4000)
     drawn = [_values(c) for c in draw_candidates("raco_dp", 300, 0, GIVEN, 600)]
@@ -105,7 +105,7 @@ def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_
     assert 1.0 <= min(lrs) < 1.3 and 12.5 < max(lrs) <= 16.0  # 4 x [1/4, 4], spread over it
     assert all(2.0 <= v["method.noise_multiplier"] <= 4.5 for v in drawn)
     batches = [v["method.batch_size"] for v in drawn]
-    assert min(batches) >= 64 and max(batches) == 300  # 256 x [1/4, 4], capped at n~/2 = 300
+    assert 32 <= min(batches) < 40 and max(batches) == 300  # 256 x [1/8, 2], capped at n~/2 = 300
     assert all(set(v) == {"method.noise_multiplier", "method.hist_noise_multiplier", "method.lr", "method.lr_dual",
                           "method.batch_size", "method.temperature"} for v in drawn)  # lam is None: not raco_dp's
     assert [set(_values(c)) for c in draw_candidates("dp_sgd", 1, 0, GIVEN, 600)] == [
@@ -119,7 +119,7 @@ def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(
     assert search.candidates[0] == []
     given = search._prepare([], float(search.spec.eps)).plan.spec.batch_size
     batches = [_values(c)["method.batch_size"] for c in search.candidates[1:]]
-    assert all(given / 4 - 1 <= b <= given * 4 + 1 for b in batches) and len(set(batches)) > 1
+    assert all(given / 8 - 1 <= b <= given * 2 + 1 for b in batches) and len(set(batches)) > 1
 
 
 @pytest.mark.parametrize(
@@ -193,3 +193,18 @@ def test_a_poisson_draw_of_no_trial_releases_nothing_and_says_so(tmp_path, monke
     with pytest.raises(RacoError, match=r"drew no trial \(K = 0 under tune.repetitions=poisson\)"):
         tune_cmd.private_main(opts, overrides)
     assert not (tmp_path / "tune").exists()
+
+
+def test_candidates_planned_for_too_few_steps_are_left_out_of_the_draw(tmp_path):
+    """A candidate whose plan at the trial's eps has fewer than FEW_STEPS steps is not drawn
+    when others have enough; when none has, those that take a step are."""
+    from raco_cli.run.prepare import FEW_STEPS
+
+    overrides = [*SMALL, "method.max_steps=400"]
+    search = _search(tmp_path, Repetitions("fixed", 1), overrides=overrides)
+    search.candidates = [["method.batch_size=600"], ["method.batch_size=50"]]  # q ~ 1/4 vs 1/50 of ~2 500 rows
+    steps = [search._prepare(c, 0.5).plan.steps for c in search.candidates]
+    assert steps[0] < FEW_STEPS <= steps[1], steps
+    assert sorted(search._events(0.5)) == [1]
+    search.candidates = [["method.batch_size=600"]]
+    assert sorted(search._events(0.5)) == [0]
