@@ -136,6 +136,7 @@ class PrivateSearch:
         from raco_cli.run.spec import build_run_spec
 
         self.opts, self.overrides = opts, list(overrides)
+        self._composed: dict[tuple[str, ...], Any] = {}  # candidate -> its composed job config (_trial_config)
         base = compose_config(self.overrides)  # bad overrides: one line, before any release
         self.spec = build_run_spec(base)
         self.study = opts.study or study_name(self.spec)
@@ -159,11 +160,24 @@ class PrivateSearch:
 
     # -- step 3 -------------------------------------------------------------------------------
     def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Any:
+        """The candidate's job config at ``eps`` and ``seed``: composed by Hydra once per candidate,
+        then copied with the two keys set (planning asks for each candidate at every bisection
+        point; ``test_a_trial_config_is_the_composed_one`` checks the copy equals a fresh compose)."""
+        import copy
+
+        from omegaconf import open_dict
+
         from raco_cli.cli.validate import compose_job
 
-        experiment = [] if any(o.lstrip("+").startswith("tracking.experiment=") for o in self.overrides) \
-            else [f"tracking.experiment=tune-{self.study}"]
-        return compose_job([*self.overrides, *experiment, *candidate, f"eps={eps!r}", f"seed={seed}"])
+        key = tuple(candidate)
+        if key not in self._composed:
+            experiment = [] if any(o.lstrip("+").startswith("tracking.experiment=") for o in self.overrides) \
+                else [f"tracking.experiment=tune-{self.study}"]
+            self._composed[key] = compose_job([*self.overrides, *experiment, *candidate])
+        cfg = copy.deepcopy(self._composed[key])
+        with open_dict(cfg):
+            cfg.eps, cfg.seed = float(eps), int(seed)
+        return cfg
 
     def _prepare(self, candidate: Sequence[str], eps: float, seed: int = 0) -> Any:
         from raco_cli.run.prepare import prepare_run
@@ -216,7 +230,15 @@ class PrivateSearch:
             plds = [step_pld(e, discretization=self.spec.discretization) for e in events.values()]
 
             def trial_delta(eps_hat: np.ndarray) -> np.ndarray:  # a non-private trial (no PLD): delta 1
-                return np.max([[1.0 if p is None else p.get_delta_for_epsilon(float(x)) for x in eps_hat] for p in plds], axis=0)
+                eps_hat = np.asarray(eps_hat, dtype=float)
+                order = np.argsort(eps_hat)  # dp-accounting's vectorised hockey stick takes ascending eps
+                out = np.zeros_like(eps_hat)
+                for p in plds:
+                    delta = np.ones_like(eps_hat)
+                    if p is not None:
+                        delta[order] = p.get_delta_for_epsilon(eps_hat[order])
+                    out = np.maximum(out, delta)
+                return out
 
         return search_epsilon(curve, self.opts.repetitions, self.delta, orders=ORDERS, trial_delta=trial_delta,
                               before_rdp=before)

@@ -208,3 +208,18 @@ def test_candidates_planned_for_too_few_steps_are_left_out_of_the_draw(tmp_path)
     assert sorted(search._events(0.5)) == [1]
     search.candidates = [["method.batch_size=600"]]
     assert sorted(search._events(0.5)) == [0]
+
+
+def test_a_trial_config_is_the_composed_one(tmp_path):
+    """The cached copy with eps and seed set resolves to what Hydra composes with them as overrides."""
+    from omegaconf import OmegaConf
+
+    from raco_cli.cli.validate import compose_job
+
+    search = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*SMALL, "dataset.split_seed=${seed}"])
+    for candidate in search.candidates:
+        for eps, seed in ((0.37, 0), (1.25, 7)):
+            fresh = compose_job([*SMALL, "dataset.split_seed=${seed}", "tracking.experiment=tune-t", *candidate, f"eps={eps!r}",
+                                 f"seed={seed}"])
+            cached = search._trial_config(candidate, eps, seed)
+            assert OmegaConf.to_container(cached, resolve=True) == OmegaConf.to_container(fresh, resolve=True)
