@@ -105,7 +105,7 @@ def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_
     assert 1.0 <= min(lrs) < 1.3 and 12.5 < max(lrs) <= 16.0  # 4 x [1/4, 4], spread over it
     assert all(2.0 <= v["method.noise_multiplier"] <= 4.5 for v in drawn)
     batches = [v["method.batch_size"] for v in drawn]
-    assert 32 <= min(batches) < 40 and max(batches) == 300  # 256 x [1/8, 2], capped at n~/2 = 300
+    assert 64 <= min(batches) < 75 and max(batches) == 300  # 256 x [1/4, 2], capped at n~/2 = 300
     assert all(set(v) == {"method.noise_multiplier", "method.hist_noise_multiplier", "method.lr", "method.lr_dual",
                           "method.batch_size", "method.temperature"} for v in drawn)  # lam is None: not raco_dp's
     assert [set(_values(c)) for c in draw_candidates("dp_sgd", 1, 0, GIVEN, 600)] == [
@@ -119,7 +119,16 @@ def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(
     assert search.candidates[0] == []
     given = search._prepare([], float(search.spec.eps)).plan.spec.batch_size
     batches = [_values(c)["method.batch_size"] for c in search.candidates[1:]]
-    assert all(given / 8 - 1 <= b <= given * 2 + 1 for b in batches) and len(set(batches)) > 1
+    assert all(given / 4 - 1 <= b <= given * 2 + 1 for b in batches) and len(set(batches)) > 1
+
+
+def test_an_auto_dual_step_stays_auto_and_an_explicit_one_is_searched(tmp_path):
+    constrained = ["dataset=synthetic", "method=raco_dp", "constraint=dp", "eps=2", "method.max_steps=40", "tracking=none"]
+    auto = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*constrained, "method.lr_dual=auto"])
+    assert not any(o.startswith("method.lr_dual=") for c in auto.candidates for o in c)
+    fixed = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*constrained, "method.lr_dual=0.5"])
+    duals = [_values(c)["method.lr_dual"] for c in fixed.candidates[1:]]
+    assert all(0.125 <= d <= 2.0 for d in duals) and len(set(duals)) == 2
 
 
 @pytest.mark.parametrize(
