@@ -1,6 +1,6 @@
 """``raco tune``: hyperparameter search, private by default.
 
-    raco tune dataset=adult constraint=dp eps=1 constraint.gamma=0.05
+    raco tune [--config-dir DIR] dataset=adult constraint=dp eps=1 constraint.gamma=0.05
               [tune.repetitions=poisson] [tune.mean=10] [tune.shape=1]
               [tune.candidates=8] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
 
@@ -74,10 +74,15 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Split ``tune.*`` options from the training overrides; the options of the overrides' scope."""
     import yaml
 
+    from raco_cli.cli.validate import config_dirs
+
     overrides = [a for a in argv if not a.startswith("tune.")]
-    for arg in overrides:
-        if arg.startswith("-"):
-            raise ConfigError(f"Unknown option {arg}. raco tune takes key=value overrides (raco tune --help).")
+    config_dirs(overrides)  # --config-dir <dir> (a user's own dataset or constraint options): one line when wrong
+    for i, arg in enumerate(overrides):
+        takes_dir = arg in ("--config-dir", "-cd") or arg.startswith(("--config-dir=", "-cd="))
+        if arg.startswith("-") and not takes_dir and not (i > 0 and overrides[i - 1] in ("--config-dir", "-cd")):
+            raise ConfigError(f"Unknown option {arg}. raco tune takes --config-dir <dir> and key=value overrides "
+                              "(raco tune --help).")
     scope = scope_of(overrides)
     keys = TUNE_KEYS if scope == "paper" else PRIVATE_KEYS
     opts = dict(keys)

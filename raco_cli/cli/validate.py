@@ -238,19 +238,25 @@ def compose_config(args: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra i
         ConfigError: the first problem, as one line.
     """
     prevalidate(args)
-    return compose_job(job_overrides(args))
+    return compose_job(args)
 
 
-def compose_job(overrides: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra is imported lazily)
-    """The job config of ``overrides`` as Hydra composes it, without validation (callers that
-    compose many variants of one validated config, like ``raco tune``'s trials)."""
+def compose_job(args: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra is imported lazily)
+    """The job config of ``args`` as Hydra composes it, without validation (callers that
+    compose many variants of one validated config, like ``raco tune``'s trials).  ``--config-dir``
+    directories join the search path, as under ``raco train``; other flags and ``hydra.*``
+    settings do not shape the job."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    extra = config_dirs(args)
+    overrides = job_overrides(_without_flag_values(args))
+    if extra:
+        overrides = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]", *overrides]
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
+            return compose(config_name="config", overrides=overrides)
     finally:
         GlobalHydra.instance().clear()

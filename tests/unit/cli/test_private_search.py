@@ -232,3 +232,24 @@ def test_a_trial_config_is_the_composed_one(tmp_path):
                                  f"seed={seed}"])
             cached = search._trial_config(candidate, eps, seed)
             assert OmegaConf.to_container(cached, resolve=True) == OmegaConf.to_container(fresh, resolve=True)
+
+
+def test_a_users_config_dir_reaches_the_search_and_its_trials(tmp_path):
+    """raco tune --config-dir <dir> dataset=<mine>: the user's own dataset option (what ``raco data
+    describe`` writes) is composed for the search and for every trial, as under raco train."""
+    from raco_cli.cli.validate import CONF_DIR
+
+    conf = tmp_path / "myconf"
+    (conf / "dataset").mkdir(parents=True)
+    text = (CONF_DIR / "dataset" / "synthetic.yaml").read_text().replace("n: 4000", "n: 3000")
+    (conf / "dataset" / "mine.yaml").write_text(text)
+    args = ["--config-dir", str(conf), "dataset=mine", *[a for a in SMALL if not a.startswith("dataset=")], "tune.candidates=2"]
+    opts, overrides = tune_cmd.parse_args(args)
+    assert overrides[:2] == ["--config-dir", str(conf)] and opts["candidates"] == 2
+    search = _search(tmp_path, Repetitions("fixed", 1), candidates=2, overrides=overrides)
+    assert search.spec.dataset.options["n"] == 3000
+    assert search._trial_config(search.candidates[1], 0.5, 3).dataset.options.n == 3000
+    with pytest.raises(ConfigError, match="not a directory"):
+        tune_cmd.parse_args(["--config-dir", str(tmp_path / "missing"), "dataset=mine"])
+    with pytest.raises(ConfigError, match="Unknown option --trials"):
+        tune_cmd.parse_args(["--trials", "3"])

@@ -26,7 +26,7 @@ def test_parse_args_splits_tune_options_from_overrides():
         (["tune.trails=3"], "Unknown key tune.trails. Allowed: tune.trials, tune.trial_seeds, tune.seeds, "),
         (["privacy.scope=paper", "tune.trials=0"], "tune.trials must be a positive integer (got tune.trials=0)."),
         (["privacy.scope=paper", "tune.trial_seeds=two"], "tune.trial_seeds must be a positive integer (got tune.trial_seeds='two')."),
-        (["--fast"], "Unknown option --fast. raco tune takes key=value overrides (raco tune --help)."),
+        (["--fast"], "Unknown option --fast. raco tune takes --config-dir <dir> and key=value overrides (raco tune --help)."),
     ],
 )
 def test_bad_options_are_one_line(args, message):
