@@ -107,8 +107,11 @@ def run_points(
         if acc is None or x is None or not (math.isfinite(acc) and math.isfinite(x)):
             continue
         yv = acc if y == "accuracy" else 1.0 - acc
+        # a private search's released run trained at a per-trial eps; the eps it is reported at is
+        # the search's, which covers the whole search (tag written by run/private_search.py)
+        values = {**params, "eps": tags["raco.tune.eps_target"]} if "raco.tune.eps_target" in tags else params
         key = tuple(
-            (None if (s == "eps" and not private) else (as_number(params.get(s)) if as_number(params.get(s)) is not None else params.get(s)))
+            (None if (s == "eps" and not private) else (as_number(values.get(s)) if as_number(values.get(s)) is not None else values.get(s)))
             for s in series
         )
         knob = knob_of(method)

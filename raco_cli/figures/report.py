@@ -88,8 +88,8 @@ def _search_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     trained at a fraction of it.
 
     >>> rec = {"tags": {"raco.tune.eps_covers": "the search", "method": "raco_dp", "raco.tune.eps_trial": "0.425",
-    ...        "raco.tune.repetitions": "poisson: mean 10", "raco.tune.candidates": "8"},
-    ...        "params": {"eps": "1.0"}, "metrics": {"privacy/eps_spent": 0.9998, "final/test/accuracy": 0.8235}}
+    ...        "raco.tune.repetitions": "poisson: mean 10", "raco.tune.candidates": "8",
+    ...        "raco.tune.eps_target": "1"}, "params": {"eps": "0.425"}, "metrics": {"privacy/eps_spent": 0.9998, "final/test/accuracy": 0.8235}}
     >>> print("\\n".join(_search_lines([rec])))
     <BLANKLINE>
     Private searches (raco tune, privacy.scope=model): eps covers the whole search, so each trial trained at less
@@ -101,7 +101,7 @@ def _search_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["", "Private searches (raco tune, privacy.scope=model): eps covers the whole search, so each trial trained at less"]
     for r in searches:
         tags, metrics = r.get("tags", {}), r.get("metrics", {})
-        target = float(r.get("params", {}).get("eps", "nan"))
+        target = float(tags.get("raco.tune.eps_target", "nan"))
         trial = float(tags.get("raco.tune.eps_trial", "nan"))
         acc = metrics.get("final/test/accuracy")
         lines.append(

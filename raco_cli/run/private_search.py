@@ -386,7 +386,7 @@ class PrivateSearch:
                                  curves=draw_curves(best.prep.spec, None), search=self.record(best))
             if recorder is not None:
                 recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search",  # raco report's price line
-                                   "raco.tune.eps_trial": f"{self.eps_trial:.6g}",
+                                   "raco.tune.eps_target": f"{float(self.spec.eps):g}", "raco.tune.eps_trial": f"{self.eps_trial:.6g}",
                                    "raco.tune.repetitions": self.opts.repetitions.describe(),
                                    "raco.tune.candidates": str(len(self.candidates))})
             status = "FINISHED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,7 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     text = report(run_records(f"sqlite:///{db}", "tune-s"), experiment="tune-s", uri=f"sqlite:///{db}")
     price = f"each trial at eps {summary['search']['eps_trial']:.3g} ("
     assert "Private searches" in text and price in text and "over 3 candidates" in text, text
+    assert re.search(r"dp_sgd\s+2\s", text) and "dp_sgd     eps=2 " in text, text  # reported at the search's eps, not the trial's
     assert "per-trial eps" in res.stdout and math.isfinite(summary["metrics"]["test"]["accuracy"])
     assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
 
