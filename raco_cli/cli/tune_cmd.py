@@ -46,7 +46,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raco_cli.cli.tune_space import DEFAULT_SPACE, METHOD_SPACE, SPACE, trial_overrides
+from raco_cli.cli.tune_space import (
+    DEFAULT_SPACE,
+    METHOD_SPACE,
+    SPACE,
+    default_study,
+    trial_overrides,
+)
 from raco_cli.errors import ConfigError, RacoError
 
 RETRAIN_SEED0 = 1000  # retrained models use new seeds (paper: "train 20 new models")
@@ -127,10 +133,6 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     return opts, overrides
 
 
-def _study_name(cfg: Any) -> str:
-    return f"{cfg.method.name}-{cfg.dataset.name}-{cfg.constraint.name}-eps{float(cfg.eps):g}-gamma{float(cfg.constraint.gamma):g}"
-
-
 def _requeue_interrupted(study: Any) -> int:
     """Fail trials left RUNNING by a killed search and queue interrupted parameters again."""
     from optuna.trial import TrialState
@@ -193,7 +195,8 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     spec = build_run_spec(base)  # validates the overrides once (one-line errors)
     method = spec.method.name
     names = METHOD_SPACE.get(method, DEFAULT_SPACE)
-    study_name = str(opts["study"] or _study_name(base))
+    study_name = str(opts["study"] or default_study(base.method.name, base.dataset.name, base.constraint.name, base.eps,
+                                                    base.constraint.gamma))
     storage = str(opts["storage"])
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own lines report trials; no tracebacks on Ctrl-C
 

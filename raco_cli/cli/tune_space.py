@@ -60,6 +60,15 @@ METHOD_SPACE = {
 DEFAULT_SPACE = ("noise_multiplier", "lr", "batch_size")
 
 
+def default_study(method: str, dataset: str, constraint: str, eps: float, gamma: float) -> str:
+    """The default name of a search (its output folder; MLflow experiment ``tune-<name>``).
+
+    >>> default_study("raco_dp", "adult", "dp", 1, 0.05)
+    'raco_dp-adult-dp-eps1-gamma0.05'
+    """
+    return f"{method}-{dataset}-{constraint}-eps{float(eps):g}-gamma{float(gamma):g}"
+
+
 def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
     """Optuna's sampled values -> config overrides.
 

@@ -104,8 +104,9 @@ def searched_values(prep: Any) -> dict[str, Any]:
 
 def study_name(spec: Any) -> str:
     """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
-    return (f"private-{spec.method.name}-{spec.dataset.name}-{spec.constraint.name}-eps{float(spec.eps):g}"
-            f"-gamma{float(spec.constraint.gamma):g}")
+    from raco_cli.cli.tune_space import default_study
+
+    return "private-" + default_study(spec.method.name, spec.dataset.name, spec.constraint.name, spec.eps, spec.constraint.gamma)
 
 
 @contextlib.contextmanager
