@@ -19,7 +19,8 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    run (secure noise) and its score, ``(correct, rows) + N(0, s^2 I)`` on the validation split
    (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
    record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
-   noisy histograms).  Trials are ranked by (noisy-feasible, noisy correct count).
+   noisy histograms).  Trials are ranked by (noisy-feasible, noisy correct count); when none is
+   noisy-feasible, the one of least noisy violation is released, with ``satisfied: false``.
 5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed
@@ -64,10 +65,13 @@ class Trial:
     noisy_correct: float
     noisy_rows: float
     feasible: bool
+    excess: float = 0.0  # noisy violation beyond the target (<= 0 when feasible): post-processing of its histograms
 
     @property
     def rank(self) -> tuple[bool, float]:
-        return self.feasible, self.noisy_correct
+        """Noisy-feasible trials first, by noisy correct count; when none is, the one closest to
+        its target (the most accurate of unfair trials would be the least fair one)."""
+        return (True, self.noisy_correct) if self.feasible else (False, -self.excess)
 
 
 def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float) -> list[list[str]]:
@@ -312,12 +316,12 @@ class PrivateSearch:
         # noisy-feasible: the noisy training rates meet the gamma asked for (a run under a margin
         # trains against gamma - m; its noisy violation is measured against that target)
         slack = float(np.min(prep.margins.margin)) if prep.margins is not None else 0.0
-        feasible = violation is None or float(violation) <= slack
+        excess = 0.0 if violation is None else float(violation) - slack
         correct, rows = self._score(prep, noise_source(0, "cpu", secure=True))  # os.urandom: no seed
-        return Trial(candidate, prep, result, correct, rows, bool(feasible))
+        return Trial(candidate, prep, result, correct, rows, excess <= 0.0, excess)
 
     def run(self) -> Trial | None:
-        """Draw K and run the trials; the best by (noisy-feasible, noisy correct count), None when
+        """Draw K and run the trials; the best by :attr:`Trial.rank`, None when
         K = 0 (Poisson).  Prints nothing per trial."""
         from raco_cli.privacy import releases
         from raco_cli.privacy.tuning import draw_repetitions

@@ -82,10 +82,14 @@ def test_the_number_of_trials_is_drawn_at_each_search(tmp_path, monkeypatch):
 
 
 def test_trials_are_ranked_feasible_first_then_by_noisy_count():
-    a = Trial([], None, None, 900.0, 1000.0, False)
+    a = Trial([], None, None, 900.0, 1000.0, False, excess=0.02)
     b = Trial([], None, None, 800.0, 1000.0, True)
     c = Trial([], None, None, 850.0, 1000.0, True)
     assert max([a, b, c], key=lambda t: t.rank) is c
+    # none noisy-feasible: the one closest to its target, not the most accurate (the least fair)
+    d = Trial([], None, None, 990.0, 1000.0, False, excess=0.08)
+    e = Trial([], None, None, 700.0, 1000.0, False, excess=0.01)
+    assert max([a, d, e], key=lambda t: t.rank) is e
 
 
 GIVEN = {"noise_multiplier": 3.0, "laplace_b": 12.0, "lr": 4.0, "lr_dual": 0.2, "batch_size": 256, "temperature": 2.0,
@@ -255,3 +259,23 @@ def test_a_users_config_dir_reaches_the_search_and_its_trials(tmp_path):
         tune_cmd.parse_args(["--config-dir", str(tmp_path / "missing"), "dataset=mine"])
     with pytest.raises(ConfigError, match="Unknown option --trials"):
         tune_cmd.parse_args(["--trials", "3"])
+
+
+def test_with_no_noisy_feasible_trial_the_closest_is_released_and_said_so(tmp_path, monkeypatch, capsys):
+    """As raco train releases a run its noisy histograms call unsatisfied, the search releases the
+    trial of least noisy violation, with one warning line."""
+    from dataclasses import replace
+
+    original = PrivateSearch._trial
+
+    def infeasible(self, index, seed):
+        return replace(original(self, index, seed), feasible=False, excess=0.1 + index)
+
+    monkeypatch.setattr(PrivateSearch, "_trial", infeasible)
+    args = [*SMALL, "tune.candidates=2", "tune.repetitions=fixed", "tune.mean=2", f"tune.out={tmp_path / 'tune'}", "tune.study=s"]
+    opts, overrides = tune_cmd.parse_args(args)
+    assert tune_cmd.private_main(opts, overrides) == 0
+    out = capsys.readouterr().out
+    assert "warning: no trial of the private search met constraint.gamma" in out and "closest to it" in out
+    summary = json.loads((tmp_path / "tune" / "s" / "best" / "summary.json").read_text())
+    assert summary["search"]["noisy_feasible"] is False
