@@ -85,7 +85,7 @@ def trial_overrides(values: Mapping[str, float], method: str) -> list[str]:
 
 # The private search's space (``raco tune`` under privacy.scope=model, :mod:`raco_cli.run.private_search`):
 # log-uniform factors around the configuration as given, as resolved for the data (its auto batch
-# size from the released n~, its auto dual step from the released cell sizes).  Not the paper's
+# size from the released n~; an auto dual step is not scaled but stays auto).  Not the paper's
 # absolute ranges: a private search cannot afford candidates that cannot learn, and its noisy score
 # barely tells apart those that can.  Measured on Parkinsons (~3 700 training rows) at a per-trial
 # eps of 0.33: the paper's batch sizes 256-1 256 leave 2-15 noisy steps a trial, and one search in
