@@ -93,3 +93,20 @@ def test_non_finite_records_are_dropped():
     res = engine.clipped_sum(X, y, [(None, w)], 1.0)
     assert int(res.nonfinite) == 2 and all(torch.isfinite(g).all() for g in res.grads)
     assert torch.isfinite(clip_rows(torch.tensor([[1.0], [float("nan")]]), 1.0)[0]).all()
+
+
+@pytest.mark.parametrize("name", ["logreg", "mlp"])
+def test_a_row_of_huge_dro_weight_is_clipped_not_dropped(name):
+    """A worst-case weight of e^60 (divergences.MAX_EXPONENT): the row's squared float32 norm
+    overflows, and the row must still count, clipped to C, like its unweighted direction."""
+    torch.manual_seed(0)
+    model = models.build(name, input_shape=(5,), n_classes=2, options={"hidden": [7]} if name == "mlp" else {})
+    engine = record_engine(model, micro_batch=4)
+    X, y = torch.randn(6, 5), torch.randint(0, 2, (6,))
+    huge = torch.ones(6)
+    huge[2] = float(torch.exp(torch.tensor(60.0)))
+    got = engine.clipped_sum(X, y, [(None, huge)], 0.5)
+    want = reference(model, X, y, [(None, torch.where(huge > 1, torch.tensor(1e6), huge))], 0.5)  # same direction, clipped
+    assert int(got.nonfinite) == 0
+    for g, r in zip(got.grads, want):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
