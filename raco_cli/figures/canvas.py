@@ -13,7 +13,15 @@ from typing import Any
 
 
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (no display needed) with the figures' style."""
+    """``matplotlib.pyplot`` on the Agg backend (no display needed) with the figures' style.
+
+    matplotlib's INFO lines say what it did on this machine (``generated new fontManager`` the
+    first time it runs after an install), not anything of the run: kept out of the run's log,
+    which a reader compares between runs (tests/e2e/test_neighbour_replay.py failed on it on a
+    fresh machine)."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -16,11 +16,9 @@ def plot_training_curves(history: Sequence[Any], *, gamma: float | None, path: P
             against it; ``None`` (gammas differ, e.g. a combination) shows the violation
             max_j (Gamma_j - gamma_j) against 0.
     """
-    import matplotlib
+    from raco_cli.figures.canvas import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = [r.step for r in history]
     present = [split for split in ("train", "val", "test") if history and split in history[0].metrics]
     if history and "mspe" in history[0].metrics["test"]:  # task=regression: MSPE and per-group MSPE
