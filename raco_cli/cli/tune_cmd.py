@@ -47,10 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from raco_cli.cli.tune_space import (
-    DEFAULT_SPACE,
-    METHOD_SPACE,
     SPACE,
     default_study,
+    space_of,
     trial_overrides,
 )
 from raco_cli.errors import ConfigError, RacoError
@@ -194,7 +193,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     base = compose_config([*overrides, "tracking=none"])  # bad overrides: one line, before any trial
     spec = build_run_spec(base)  # validates the overrides once (one-line errors)
     method = spec.method.name
-    names = METHOD_SPACE.get(method, DEFAULT_SPACE)
+    names = space_of(method, str(base.objective.name))
     study_name = str(opts["study"] or default_study(base.method.name, base.dataset.name, base.constraint.name, base.eps,
                                                     base.constraint.gamma))
     storage = str(opts["storage"])

@@ -49,6 +49,13 @@ SPACE = {
     "batch_size": Param("method.batch_size", 256, 1256, integer=True),
     "temperature": Param("method.temperature", 1.0, 10.0),
     "lam": Param("method.options.lam", 0.1, 32.0, log=True),
+    # DRO methods (docs/dro.md "Equal tuning"): the dual block's step, T (the noise is calibrated to
+    # eps at each T), the SPIDER phase q, the refresh clip and the corrections' adaptive clip scale
+    "lr_dual_dro": Param("method.lr_dual", 1e-3, 1.0, log=True),
+    "steps": Param("method.steps", 200, 2000, log=True, integer=True),
+    "phase": Param("method.options.phase", 5, 100, log=True, integer=True),
+    "clip_norm": Param("method.clip_norm", 0.1, 10.0, log=True),
+    "diff_clip_scale": Param("method.options.diff_clip_scale", 0.25, 8.0, log=True),
 }
 METHOD_SPACE = {
     "raco_dp": ("noise_multiplier", "laplace_b", "lr", "lr_dual", "batch_size", "temperature"),
@@ -57,7 +64,27 @@ METHOD_SPACE = {
     "sgd": ("lr", "batch_size"),
     "dp_fermi": ("noise_multiplier", "lr", "lr_dual", "batch_size", "lam"),
 }
+# objective=dro: every DRO method searches the same keys it has (equal tuning: the same trials each)
+DRO_SPACE = {
+    "dp_sgda": ("lr", "lr_dual_dro", "steps", "clip_norm"),
+    "dp_private_diff": ("lr", "lr_dual_dro", "steps", "clip_norm"),
+    "dp_double_spider": ("lr", "lr_dual_dro", "steps", "phase", "clip_norm", "diff_clip_scale"),
+    "dp_recursive_spider": ("lr", "lr_dual_dro", "steps", "phase", "clip_norm", "diff_clip_scale"),
+    "sgda": ("lr", "lr_dual_dro", "steps"),
+    "spider": ("lr", "lr_dual_dro", "steps", "phase"),
+}
 DEFAULT_SPACE = ("noise_multiplier", "lr", "batch_size")
+
+
+def space_of(method: str, objective: str = "erm") -> tuple[str, ...]:
+    """The names a method searches (``objective=dro``: :data:`DRO_SPACE`).
+
+    >>> space_of("sgda"), space_of("sgda", "dro")
+    (('lr', 'lr_dual', 'batch_size', 'temperature'), ('lr', 'lr_dual_dro', 'steps'))
+    """
+    if objective == "dro":
+        return DRO_SPACE.get(method, ("lr", "lr_dual_dro", "steps"))
+    return METHOD_SPACE.get(method, DEFAULT_SPACE)
 
 
 def default_study(method: str, dataset: str, constraint: str, eps: float, gamma: float) -> str:
@@ -103,6 +130,11 @@ LOCAL_RANGE = {  # name -> (low, high): the factor is log-uniform in [low, high]
     "batch_size": (0.25, 2.0),
     "temperature": (0.5, 2.0),
     "lam": (0.25, 4.0),
+    "lr_dual_dro": (0.25, 4.0),
+    "steps": (0.5, 2.0),
+    "phase": (0.5, 2.0),
+    "clip_norm": (0.5, 2.0),
+    "diff_clip_scale": (0.5, 2.0),
 }
 MIN_BATCH = 8
 
@@ -120,7 +152,9 @@ def local_overrides(values: Mapping[str, Any], factors: Mapping[str, float], n_t
     for name, factor in factors.items():
         p = SPACE[name]
         v = float(f"{float(values[name]) * float(factor):.4g}")  # 4 digits: readable in best.yaml
-        if p.integer:
+        if name == "batch_size":
             v = int(min(max(round(v), MIN_BATCH), max(MIN_BATCH, n_train // 2)))
+        elif p.integer:
+            v = max(1, round(v))
         out.append(f"{p.key}={int(v) if p.integer else float(v)!r}")
     return out

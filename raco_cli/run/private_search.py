@@ -74,7 +74,8 @@ class Trial:
         return (True, self.noisy_correct) if self.feasible else (False, -self.excess)
 
 
-def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float) -> list[list[str]]:
+def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float,
+                    objective: str = "erm") -> list[list[str]]:
     """``n`` local candidates: each searched value of the method times a log-uniform factor
     (``raco_cli.cli.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
     configuration's own values as resolved for the data and ``n_train`` the released n~: a
@@ -83,9 +84,9 @@ def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n
     >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
     'method.noise_multiplier=3.352'
     """
-    from raco_cli.cli.tune_space import DEFAULT_SPACE, LOCAL_RANGE, METHOD_SPACE, local_overrides
+    from raco_cli.cli.tune_space import LOCAL_RANGE, local_overrides, space_of
 
-    names = [name for name in METHOD_SPACE.get(method, DEFAULT_SPACE) if values.get(name) is not None]
+    names = [name for name in space_of(method, objective) if _number(values.get(name))]
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -101,9 +102,16 @@ def searched_values(prep: Any) -> dict[str, Any]:
     fixed value scaled from another plan is not (Adult, batches of 146-186 with the dual step of
     batch 1 024: test DP gap 0.07-0.09 against gamma 0.05 in 3 of 7 searches)."""
     spec = prep.plan.spec
+    lr_dual = None if prep.spec.auto_lr_dual else spec.lr_dual
     return {"noise_multiplier": spec.noise_multiplier, "laplace_b": spec.hist_noise_multiplier, "lr": spec.lr,
-            "lr_dual": None if prep.spec.auto_lr_dual else spec.lr_dual, "batch_size": spec.batch_size,
-            "temperature": spec.temperature, "lam": spec.options.get("lam")}
+            "lr_dual": lr_dual, "batch_size": spec.batch_size, "temperature": spec.temperature,
+            "lam": spec.options.get("lam"), "lr_dual_dro": lr_dual, "steps": spec.steps, "phase": spec.options.get("phase"),
+            "clip_norm": spec.clip_norm, "diff_clip_scale": spec.options.get("diff_clip_scale")}
+
+
+def _number(value: Any) -> bool:
+    """A value a local factor can scale (not None, ``auto`` or ``full``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def study_name(spec: Any) -> str:
@@ -163,7 +171,7 @@ class PrivateSearch:
         # scale its values as resolved from the releases (an auto batch size from n~)
         n_train = given.plan.spec.size_of(len(np.asarray(given.data.splits["train"])))
         self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed,
-                                                searched_values(given), n_train)]
+                                                searched_values(given), n_train, self.spec.method.objective.name)]
         self.eps_trial, self.eps_spent, self.trial_events = self.plan()
         self.usable = sorted(self.trial_events)
 

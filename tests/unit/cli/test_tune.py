@@ -55,6 +55,26 @@ def test_dp_fermi_searches_its_fairness_weight():
     assert tune_space.trial_overrides({"lam": 4.0}, "dp_fermi") == ["method.options.lam=4.0"]
 
 
+def test_dro_methods_search_the_same_keys_and_each_override_is_a_valid_config():
+    """Equal tuning (docs/dro.md): the private DRO methods search lr, the dual step and T, the SPIDER
+    methods also their phase q and the corrections' clip scale; every drawn value is a config the
+    run accepts."""
+    from raco_cli.cli.validate import compose_config
+    from raco_cli.run.spec import build_run_spec
+
+    common = {"lr", "lr_dual_dro", "steps", "clip_norm"}
+    assert set(tune_space.space_of("dp_sgda", "dro")) == common == set(tune_space.space_of("dp_private_diff", "dro"))
+    for method in ("dp_double_spider", "dp_recursive_spider"):
+        assert set(tune_space.space_of(method, "dro")) == common | {"phase", "diff_clip_scale"}
+        names = tune_space.space_of(method, "dro")
+        values = {n: tune_space.SPACE[n].high if n != "steps" else 200 for n in names}
+        ovr = tune_space.trial_overrides(values, method)
+        assert "method.options.phase=100" in ovr and "method.steps=200" in ovr
+        build_run_spec(compose_config(["objective=dro", f"method={method}", "dataset=synthetic", "constraint=none",
+                                       "privacy.scope=paper", "tracking=none", *ovr]))
+    assert tune_space.space_of("sgda") == tune_space.METHOD_SPACE["sgda"]  # the fairness search is unchanged
+
+
 def _study(tmp_path, name="s"):
     return optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize")
 
