@@ -158,3 +158,19 @@ def test_group_mean_dpnose_releases_per_group():
     res = _fit(data, _spec(allocation="uniform", group_objective="group_mean"))
     assert res.releases["gaussian_gradient"] == 40 and not dpse.pooled(_spec(allocation="uniform", group_objective="group_mean"))
     assert math.isfinite(float(_group_mspe(res).mean()))
+
+
+def test_tailoring_adds_noise_to_the_shared_fit():
+    """The structural argument of docs/dpse.md: with sum_k rho_k fixed, group k's gradient noise
+    has variance nm_k^2 = nm_stage2^2 / w_k and the shared fit moves with their sum, so DPSE's
+    summed stage-2 noise is at least K^2 / (1 - tau/rho) times DPNoSE's one pooled release, and
+    more the less even the weights: tailoring adds noise for every group, it cannot remove any."""
+    data = _mixture(0)
+    tailored = _fit(data, _spec()).stats
+    pooled_nm = list(_fit(data, _spec(allocation="uniform")).stats["noise_multipliers"].values())
+    w = np.array(list(tailored["budget_weights"].values()))
+    nm = np.array(list(tailored["noise_multipliers"].values()))
+    k, stage2_share = data.n_groups, 1.0 - 0.2  # tau = se_share * rho
+    assert w.sum() == pytest.approx(1.0) and w.max() > 1.5 * w.min()  # the paper's sum rule, really tailored
+    np.testing.assert_allclose(nm**2 * w, pooled_nm[0] ** 2 / stage2_share)
+    assert (nm**2).sum() / pooled_nm[0] ** 2 > k**2 / stage2_share
