@@ -218,6 +218,12 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, releas
     if spec.delta_exponent is not None:  # privacy.delta_exponent: delta = n^-e (n: the run's public training size)
         spec = replace(spec, delta=float(n_train) ** -spec.delta_exponent)
         log.info("delta = n_train^-%g = %.3g (privacy.delta_exponent)", spec.delta_exponent, spec.delta)
+        if not 0 < spec.delta < 1:  # a released n~ of 1 (a tiny table under size noise) gives delta = 1: no guarantee
+            from raco_cli.errors import ConfigError
+
+            raise ConfigError(f"privacy.delta_exponent={spec.delta_exponent:g} gives delta = n^-{spec.delta_exponent:g} = "
+                              f"{spec.delta:.3g} from a training size of {float(n_train):g} (the released n~ under scope=model); "
+                              "delta must be in (0, 1). Use more training rows or set privacy.delta (without privacy.delta_exponent).")
     resolve = getattr(method, "resolve", None)
     if resolve is not None:  # settings derived from public sizes, e.g. the DRO SPIDER methods' phase=auto (Theorem 7)
         dim = sum(p.numel() for p in model.parameters() if p.requires_grad)

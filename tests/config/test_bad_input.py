@@ -195,3 +195,15 @@ def test_a_rho_budget_sets_eps_and_the_regression_run_is_planned(tmp_path):
     prep = _prepare_regression("privacy.rho=4.5", "method.calibrate_noise=true", tmp_path=tmp_path)
     assert prep.spec.rho == 4.5 and prep.spec.eps == rho_epsilon(4.5, 1e-5)
     assert prep.data.task == "regression" and prep.plan.eps_planned <= prep.spec.eps
+
+
+def test_delta_exponent_with_a_released_size_of_one_is_one_line(monkeypatch):
+    """privacy.delta_exponent with a released n~ clamped to 1 (a tiny table under the size noise)
+    gave delta = 1, a guarantee of nothing (and Theorem 7's phase divided by log 1 = 0): one line."""
+    from raco_cli.methods.base import MethodSpec
+
+    monkeypatch.setattr(MethodSpec, "size_of", lambda self, n_rows: 1.0)
+    with pytest.raises(ConfigError) as info:
+        _prepare("privacy.delta_exponent=1.1", "privacy.scope=paper")
+    msg = str(info.value)
+    assert msg.startswith("privacy.delta_exponent=1.1 gives delta = n^-1.1 = 1 from a training size of 1") and "\n" not in msg
