@@ -110,3 +110,21 @@ def test_one_dro_run_through_the_cli(tmp_path):
     assert s["method"] == "dp_recursive_spider" and s["eps_spent"] <= 1.0 and s["privacy_scope"] == "model"
     assert "gaussian_s" in s["event"] or "GaussianDpEvent" in s["event"]
     assert "dp_recursive_spider on synthetic" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", ["dro_cifar10_st", "dro_mnist_st", "dro_fashion_mnist"])
+def test_gpu_experiment_configs_run_on_cpu(tmp_path, experiment):
+    """The paper's ResNet20 configs (conf/experiment/dro_*.yaml, device=cuda) are ready to run: each
+    composes, and with the device, data and T overridden trains two steps on the CPU (synthetic
+    images stand in for the files, which are not in the test environment)."""
+    text = open(os.path.join(ROOT, "conf", "experiment", f"{experiment}.yaml")).read()
+    assert "device: cuda" in text and "override /model: resnet20" in text
+    drop = [f"~dataset.options.{k}" for k in ("st", "imratio") if f"    {k}:" in text]
+    res = raco("train", f"experiment={experiment}", "dataset=synthetic_images", *drop, "dataset.options.n=80", "device=cpu",
+               "method.steps=2", "method.eval_every=2", "method.batch_size=8", "privacy.scope=paper", "tracking=none",
+               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["steps"] == 2 and s["hyperparameters"]["objective"]["name"] == "dro"
+    assert np.isfinite(s["metrics"]["test"]["dro_objective"])
