@@ -268,7 +268,9 @@ def test_normalised_step_and_bounded_dual(small, monkeypatch):
     spec = _spec("dp_double_spider", small, lr=50.0, lr_dual=5.0, lambda_max=1.2, options={"max_step": 0.01, "eta_bound": 0.05})
     _fit("dp_double_spider", small, spec)
     steps = [float((b - a).norm()) for a, b in zip(seen["x"], seen["x"][1:])]
-    assert max(steps) <= 0.01 * (1 + 1e-6) and max(steps) > 0.009  # the cap binds at this lr
+    # the cap binds at this lr; the parameters are float32, so the difference of two iterates of
+    # norm ~1 carries their rounding (~1e-7 |x|), about 1e-5 of a 0.01 step
+    assert max(steps) <= 0.01 * (1 + 1e-4) and max(steps) > 0.009
     duals = torch.stack(seen["dual"])
     assert duals[:, 0].abs().max() <= 0.05 + 1e-12 and duals[:, 1].max() <= 1.2 + 1e-12 and duals[:, 1].min() >= KL.lambda0
 
