@@ -61,27 +61,32 @@ class Release:
             ``scale > 0`` the floor of the adaptive clip norm.
         sigma: noise multiplier (noise std / C), what the accountant sees.
         scale: > 0: a correction's clip norm follows the iterate difference,
-            ``C_t = max(C, scale |(x_t, dual_t) - (x_{t-1}, dual_{t-1})|)`` (Theorem 6's
-            C_2, C_4 are proportional to these differences): a function of earlier releases
-            only, never of the data, and the noise std follows it (``sigma C_t``), so the
-            accountant sees the same multiplier.
+            ``C_t = max(C, min(ceiling, scale |(x_t, dual_t) - (x_{t-1}, dual_{t-1})|))``
+            (Theorem 6's C_2, C_4 are proportional to these differences): a function of earlier
+            releases only, never of the data, and the noise std follows it (``sigma C_t``), so
+            the accountant sees the same multiplier.
+        ceiling: the adaptive clip norm's cap, the block's refresh clip norm.  Without it the
+            clip is a feedback loop when the step is not normalised (Theorem 7 normalises it):
+            a larger step gives a larger clip, so more noise, so a larger step (digits-ST MLP,
+            eps 1: C_t reached 7.8 and the training objective 198).
     """
 
     kind: str
     clip: float
     sigma: float
     scale: float = 0.0
+    ceiling: float = math.inf
 
     def clip_at(self, distance: float | None) -> float:
         """The clip norm at iterate difference ``distance`` (None: a refresh, the fixed C).
 
-        >>> r = Release("gaussian_x_diff", 0.01, 3.0, scale=2.0)
-        >>> r.clip_at(None), r.clip_at(0.001), r.clip_at(0.5)
-        (0.01, 0.01, 1.0)
+        >>> r = Release("gaussian_x_diff", 0.01, 3.0, scale=2.0, ceiling=1.5)
+        >>> r.clip_at(None), r.clip_at(0.001), r.clip_at(0.5), r.clip_at(4.0)
+        (0.01, 0.01, 1.0, 1.5)
         """
         if self.scale <= 0 or distance is None:
             return self.clip
-        return max(self.clip, self.scale * distance)
+        return max(self.clip, min(self.ceiling, self.scale * distance))
 
 
 NOISE_ALLOCATIONS = ("equal", "theorem", "configured")
@@ -160,10 +165,10 @@ class RefreshDiffReleases:
         return cls(
             dual_refresh=Release("gaussian_dual_refresh", o["dual_clip_norm"], sigma("dual_noise_multiplier", refresh_rate, refreshes)),
             dual_diff=Release("gaussian_dual_diff", o["dual_diff_clip_norm"], sigma("dual_diff_noise_multiplier", diff_rate, n_diff),
-                              scale=float(o.get("dual_diff_clip_scale", 0.0))),
+                              scale=float(o.get("dual_diff_clip_scale", 0.0)), ceiling=o["dual_clip_norm"]),
             x_refresh=Release("gaussian_x_refresh", x_clip_norm(spec), sigma(None, refresh_rate, refreshes)),
             x_diff=Release("gaussian_x_diff", o["diff_clip_norm"], sigma("diff_noise_multiplier", diff_rate, n_diff),
-                           scale=float(o.get("diff_clip_scale", 0.0))),
+                           scale=float(o.get("diff_clip_scale", 0.0)), ceiling=x_clip_norm(spec)),
         )
 
 

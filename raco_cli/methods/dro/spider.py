@@ -311,10 +311,10 @@ class Recursive:
         return cls(
             v_refresh=Release("gaussian_v_refresh", x_clip_norm(spec), sigma(None, r.refresh, n_ref)),
             v_diff=Release("gaussian_v_diff", o["diff_clip_norm"], sigma("diff_noise_multiplier", r.diff, n_diff),
-                           scale=o["diff_clip_scale"]),
+                           scale=o["diff_clip_scale"], ceiling=x_clip_norm(spec)),
             u_refresh=Release("gaussian_u_refresh", o["lambda_clip_norm"], sigma("lambda_noise_multiplier", r.refresh, n_ref)),
             u_diff=Release("gaussian_u_diff", o["lambda_diff_clip_norm"], sigma("lambda_diff_noise_multiplier", r.diff, n_diff),
-                           scale=o["lambda_diff_clip_scale"]),
+                           scale=o["lambda_diff_clip_scale"], ceiling=o["lambda_clip_norm"]),
             s=Release("gaussian_s", o["s_clip_norm"], sigma("s_noise_multiplier", r.s, steps)),
         )
 
