@@ -1,0 +1,37 @@
+"""``python -m raco_cli.bench``: the Opacus side-by-side lines (tiny steps and reps)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from raco_cli import bench
+
+pytestmark = pytest.mark.data("adult")
+
+TINY = ["--methods", "raco_dp,dp_sgd", "--steps", "3", "--reps", "1", "--batched", ""]
+
+
+def test_opacus_line_and_ratio(capsys):
+    assert bench.main(TINY) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("opacus_dp_sgd mean "))
+    assert "ms/step" in line and "opacus 1." in line
+    ratio = next(ln for ln in out.splitlines() if ln.startswith("ratio opacus_dp_sgd/dp_sgd: "))
+    assert float(ratio.split()[2]) > 0
+    assert "ratio raco_dp/dp_sgd: " in out
+
+
+def test_no_opacus_prints_no_opacus_line(capsys):
+    assert bench.main([*TINY, "--no-opacus"]) == 0
+    assert "opacus" not in capsys.readouterr().out
+
+
+def test_opacus_missing_is_one_line_not_a_crash(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "opacus", None)  # import opacus -> ImportError
+    assert bench.main(TINY) == 0
+    out = capsys.readouterr().out
+    skipped = [ln for ln in out.splitlines() if "opacus" in ln]
+    assert len(skipped) == 1 and skipped[0].startswith("opacus_dp_sgd: skipped, Opacus cannot be imported (ModuleNotFoundError")
+    assert "ratio raco_dp/dp_sgd: " in out
