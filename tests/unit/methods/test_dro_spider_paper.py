@@ -166,7 +166,7 @@ def test_every_release_gets_its_accounted_noise_at_its_accounted_rate(small, mon
 
 def test_correction_clip_is_max_of_floor_and_scale_times_the_iterate_difference(small, monkeypatch):
     """Theorem 6's C_2, C_4 follow |x_t - x_{t-1}| and the dual difference: here
-    ``max(floor, scale |(x_t, eta) - (x_{t-1}, eta')|)`` from the released iterates."""
+    ``max(floor, min(refresh C, scale |(x_t, eta) - (x_{t-1}, eta')|))`` from the released iterates."""
     floor, scale = 0.02, 3.0
     spec = _spec("dp_double_spider", small, options={"diff_clip_norm": floor, "diff_clip_scale": scale,
                                                      "dual_diff_clip_norm": floor, "dual_diff_clip_scale": scale})
@@ -188,11 +188,27 @@ def test_correction_clip_is_max_of_floor_and_scale_times_the_iterate_difference(
         dx = float((xs[t] - xs[t - 1]).norm())
         d_dual = float((duals[t] - duals[t - 1]).norm())  # (eta_t, lambda_t) - (eta_{t-1}, lambda_{t-1})
         d_next = float((duals[t + 1] - duals[t]).norm())  # the x correction pairs (x_t, eta_{t+1}) with (x_{t-1}, eta_t)
-        assert c_dual == pytest.approx(max(floor, scale * math.hypot(dx, d_dual)), rel=1e-5)
-        assert c_x == pytest.approx(max(floor, scale * math.hypot(dx, d_next)), rel=1e-5)
+        assert c_dual == pytest.approx(max(floor, min(10.0, scale * math.hypot(dx, d_dual))), rel=1e-5)
+        assert c_x == pytest.approx(max(floor, min(1.0, scale * math.hypot(dx, d_next))), rel=1e-5)
         floor_used += c_x == floor
         scaled_used += c_x > floor
     assert scaled_used > 0  # the test reaches the scaled branch
+
+
+@pytest.mark.parametrize("name,keys", [
+    ("dp_double_spider", {"diff_clip_scale": "gaussian_x_diff", "dual_diff_clip_scale": "gaussian_dual_diff"}),
+    ("dp_recursive_spider", {"diff_clip_scale": "gaussian_v_diff", "lambda_diff_clip_scale": "gaussian_u_diff"}),
+])
+def test_adaptive_correction_clip_is_capped_at_the_refresh_clip(small, monkeypatch, name, keys):
+    """The cap breaks the loop larger step -> larger clip -> more noise -> larger step: with a
+    huge scale every correction clips at its block's refresh C (x: method.clip_norm 1.0; the
+    dual / lambda block: its refresh clip norm 10.0) and its noise std follows that C."""
+    spec = _spec(name, small, options={key: 1e6 for key in keys})
+    seen = _observe(monkeypatch)
+    _fit(name, small, spec)
+    ceiling = {kind: (1.0 if kind in ("gaussian_x_diff", "gaussian_v_diff") else 10.0) for kind in keys.values()}
+    clips = {(k, c) for k, _, c, _ in seen["releases"] if k in ceiling}
+    assert clips == set(ceiling.items())
 
 
 def test_fixed_correction_clips_with_scale_zero(small, monkeypatch):
