@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -257,14 +256,6 @@ class ConstraintTensors:
     alpha: Any
     gamma: Any
 
-    @cached_property
-    def host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """CPU tensors' numpy views (shared memory), made once: membership (M, Q), its
-        transpose, alpha as (J, M * K) and gamma (J,)."""
-        J = self.alpha.shape[0]
-        membership, alpha = self.membership.numpy(), self.alpha.numpy()
-        return membership, membership.T, alpha.reshape(J, -1), self.gamma.numpy()
-
     def step(self, H: Any, lam: Any, *, floor: float) -> tuple[Any, Any]:
         """Regularizer weights (Q, K) and dual gradient ``Gamma_post(H) - gamma`` (J,) of a step.
 
@@ -275,19 +266,11 @@ class ConstraintTensors:
         if H.device.type == "cpu":
             import torch
 
-            # denominators, cell_weights and gamma_post inlined: the same numpy operations in
-            # the same order (so the same float64 values), without re-deriving the arrays'
-            # views each step and with np.maximum/np.minimum for ``clip`` (the same values;
-            # ``ndarray.clip`` costs ~10 us of Python wrapper a call)
-            membership, membership_t, alpha_2d, gamma = self.host_arrays
-            Hn = H.numpy()
-            if not floor > 0:
-                clamp_denominators(np.zeros(0), floor)  # its ConfigError
-            denom = np.maximum(membership @ Hn.sum(1), floor)[:, None]
-            K = Hn.shape[1]
-            weights = membership_t @ ((lam.numpy() @ alpha_2d).reshape(-1, K) / denom)
-            rate = np.minimum(np.maximum((membership @ Hn) / denom, 0.0), 1.0)
-            return torch.from_numpy(weights), torch.from_numpy(alpha_2d @ rate.reshape(-1) - gamma)
+            arrays = (self.membership.numpy(), self.alpha.numpy(), H.numpy(), lam.numpy())
+            denom = denominators(arrays[0], arrays[2], floor)
+            weights = cell_weights(*arrays, floor, denom=denom)
+            g = gamma_post(arrays[0], arrays[1], arrays[2], floor, denom=denom) - self.gamma.numpy()
+            return torch.from_numpy(weights), torch.from_numpy(g)
         denom = denominators(self.membership, H, floor)
         weights = cell_weights(self.membership, self.alpha, H, lam, floor, denom=denom)
         return weights, gamma_post(self.membership, self.alpha, H, floor, denom=denom) - self.gamma

@@ -136,16 +136,7 @@ class LinearEngine:
             g = p - onehot
             if c is not None:
                 pt = p if temperature == 1.0 else row_softmax(z, temperature)
-                if g.device.type == "cpu" and g.shape[1] == 2 and g.dtype == pt.dtype == c.dtype and not g.requires_grad:
-                    # binary: the same elementwise operations in the same order and dtype in
-                    # numpy (a Python float scalar takes the arrays' dtype in both libraries; a
-                    # row sum of two products is one rounded addition in both; longer rows
-                    # may be summed in another order): ~1 us an op instead of ~5-10
-                    gn, ptn, cn = g.numpy(), pt.numpy(), c.numpy()
-                    s = float(reg_scale * temperature)
-                    g = torch.from_numpy(gn + s * ptn * (cn - (cn * ptn).sum(axis=1, keepdims=True)))
-                else:
-                    g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
+                g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
         bias = self.layer.bias is not None
         if xnorm is None:  # (precomputed rows come sanitised: see methods.training.Rows)
             X = torch.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)

@@ -87,20 +87,15 @@ class Rows:
 
     def batches(self, idx: list[torch.Tensor], *, labels: bool) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor | None]:
         """:meth:`batch` of several index sets, and (packed rows only) the features of all of
-        them stacked, gathered in one pass so one forward pass can serve every batch.
-
-        Packed rows: the batches before the last (the histogram's, read through the stacked
-        features) carry only ``X`` and, with cells, ``cellhot``."""
+        them stacked, gathered in one pass so one forward pass can serve every batch."""
         if not self.pack:
             return [self.batch(b, labels=labels) for b in idx], None
         P = self._gather(torch.cat(idx)) if len(idx) > 1 else self._gather(idx[0])
-        out, start, d, K, Q = [], 0, self.d, self.K, self.Q
-        for b in idx[:-1]:
-            part = P[start : start + len(b)]
-            out.append({"X": part[:, :d], "cellhot": part[:, d + K + 1 : d + K + 1 + Q]} if Q else {"X": part[:, :d]})
+        out, start = [], 0
+        for b in idx:
+            out.append(self._split(P[start : start + len(b)], b, labels=labels))
             start += len(b)
-        out.append(self._split(P[start:], idx[-1], labels=labels))
-        return out, P[:, :d]
+        return out, P[:, : self.d]
 
     def _gather(self, b: torch.Tensor) -> torch.Tensor:
         if self._packed_np is not None:

@@ -138,9 +138,6 @@ def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, 
         e = -torch.log(generator.uniform((2, *shape)))
         return (scale * (e[0] - e[1])).to(dtype)
     e = torch.empty((2, *shape), dtype=dtype, device=generator.device).exponential_(generator=generator)
-    if dtype == torch.float64 and e.device.type == "cpu":  # the same float64 arithmetic in numpy: no per-op dispatch
-        en = e.numpy()
-        return torch.from_numpy(float(scale) * (en[0] - en[1]))
     return scale * (e[0] - e[1])
 
 

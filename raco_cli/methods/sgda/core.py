@@ -153,7 +153,7 @@ def run(
                 else:
                     z_h = engine.logits(gathered[0]["X"]) if nh else None
                     logits = None if independent else z_h
-                H = _histogram(z_h, rows.cell_rows(gathered[0], samples[0]), constraints.Q, constraints.K, spec, device)
+            H = _histogram(z_h, rows.cell_rows(gathered[0], samples[0]), constraints.Q, constraints.K, spec, device)
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell
                 scale = spec.required("hist_noise_multiplier")
                 H = releases.release("histogram", lambda H=H, scale=scale: H + laplace_noise(tuple(H.shape), scale, g_noise).to(device))  # type: ignore[misc]
@@ -167,13 +167,8 @@ def run(
             violation_steps += 1
             if b is not None:
                 cells_b = rows.cell_rows(b, batch)
-                if cells_b.dim() == 2 and cells_b.device.type == "cpu":
-                    # one-hot rows pick their cell's weights (one non-zero product a row, so
-                    # exact in any order): numpy's product costs a fraction of torch's dispatch
-                    c_rows = torch.from_numpy(cells_b.numpy() @ weights.numpy().astype(np.float32))
-                else:
-                    w = weights.float()
-                    c_rows = cells_b @ w if cells_b.dim() == 2 else w.index_select(0, cells_b)
+                w = weights.float()
+                c_rows = cells_b @ w if cells_b.dim() == 2 else w.index_select(0, cells_b)
         if b is not None:
             res = engine.clipped_sum(
                 **{k: v for k, v in b.items() if k != "cellhot"}, c=c_rows, reg_scale=expected_batch, temperature=spec.temperature, clip_norm=clip, logits=logits
@@ -226,14 +221,9 @@ def run(
 
 def dual_ascent(lam: torch.Tensor, g_dual: Any, lr_dual: float, lambda_max: float) -> torch.Tensor:
     """``project_dual(lam + lr_dual * g_dual)``; on the CPU in numpy on shared memory (the
-    same float64 arithmetic, a fraction of torch's per-op dispatch; ``np.minimum(np.maximum())``
-    is ``np.clip``'s value without its Python wrapper).
-
-    >>> dual_ascent(torch.zeros(3, dtype=torch.float64), np.array([-1.0, 2.0, 200.0]), 0.5, 10.0).tolist()
-    [0.0, 1.0, 10.0]
-    """
+    same float64 arithmetic, a fraction of torch's per-op dispatch)."""
     if isinstance(g_dual, np.ndarray):
-        return torch.from_numpy(np.minimum(np.maximum(lam.numpy() + lr_dual * g_dual, 0.0), lambda_max))
+        return torch.from_numpy(np.clip(lam.numpy() + lr_dual * g_dual, 0.0, lambda_max))
     return project_dual(lam + lr_dual * g_dual, lambda_max)
 
 
@@ -246,6 +236,7 @@ def project_dual(lam: torch.Tensor, lambda_max: float) -> torch.Tensor:
     return lam.clamp(min=0.0, max=lambda_max)
 
 
+@torch.no_grad()
 def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int, spec: MethodSpec, device: torch.device) -> torch.Tensor:
     """Exact histogram H (Q, K), float64, of a batch's logits (paper eq. 8).
 
@@ -256,9 +247,6 @@ def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int,
     non-finite logits (overflowing model) would add NaN and poison every later step through
     the denominators and lambda; its NaN entries count 0 instead (its vector keeps l1 <= 1,
     so the sensitivity bound still holds; the gradient engines drop and count such rows).
-
-    ``logits`` carry no autograd graph (the loop computes them under ``torch.no_grad``), so
-    the function needs no ``no_grad`` of its own (its decorator cost ~5 us a step).
     """
     if logits is None:
         return torch.zeros(Q, K, dtype=torch.float64, device=device)
