@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--opacus", action=argparse.BooleanOptionalAction, default=True,
                    help="time Opacus' DP-SGD on the same rows and settings as dp_sgd (--no-opacus: skip)")
     args = p.parse_args(argv)
+    if args.baseline not in args.methods.split(","):  # the ratios divide by it
+        p.error(f"--baseline {args.baseline} is not among --methods {args.methods}; add it to --methods or pick one of them")
 
     import torch
 
@@ -233,5 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` with raco's one-line errors (exit 2) for missing data and bad settings."""
+    from raco_cli.errors import RacoError
+
+    try:
+        return main(argv)
+    except RacoError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

@@ -35,3 +35,11 @@ def test_opacus_missing_is_one_line_not_a_crash(capsys, monkeypatch):
     skipped = [ln for ln in out.splitlines() if "opacus" in ln]
     assert len(skipped) == 1 and skipped[0].startswith("opacus_dp_sgd: skipped, Opacus cannot be imported (ModuleNotFoundError")
     assert "ratio raco_dp/dp_sgd: " in out
+
+
+def test_a_baseline_outside_the_methods_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.cli(["--methods", "raco_dp", "--baseline", "dp_sgd"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("error: --baseline dp_sgd is not among --methods raco_dp; add it to --methods or pick one of them")
