@@ -69,7 +69,7 @@ def test_dro_methods_search_the_same_keys_and_each_override_is_a_valid_config():
         names = tune_space.space_of(method, "dro")
         values = {n: tune_space.SPACE[n].high if n != "steps" else 200 for n in names}
         ovr = tune_space.trial_overrides(values, method)
-        assert "method.options.phase=100" in ovr and "method.steps=200" in ovr
+        assert "method.options.phase=200" in ovr and "method.steps=200" in ovr
         build_run_spec(compose_config(["objective=dro", f"method={method}", "dataset=synthetic", "constraint=none",
                                        "privacy.scope=paper", "tracking=none", *ovr]))
     assert tune_space.space_of("sgda") == tune_space.METHOD_SPACE["sgda"]  # the fairness search is unchanged
