@@ -16,6 +16,7 @@ from typing import Any
 
 from raco_cli.figures.aggregate import as_number
 from raco_cli.figures.canvas import pyplot, save
+from raco_cli.figures.pareto import mean_ci
 from raco_cli.figures.specs import METHOD_LABEL, FigureSpec
 
 ORDER = ("dp_sgda", "dp_private_diff", "dp_double_spider", "dp_recursive_spider", "sgda", "spider")
@@ -116,6 +117,56 @@ def accuracy_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_d
         ax.set_ylabel("test accuracy")
         ax.set_title(d, fontsize=9)
     axes[0][0].legend(fontsize=7)
+    fig.suptitle(spec.title, fontsize=10)
+    return [*save(fig, Path(out_dir), spec.name), *files]
+
+
+def noise_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path) -> list[Path]:
+    """The noise-dominated benchmark (docs/dro.md): per dataset, eps and method, the training DRO
+    objective F (paper eq. 2, exact worst case), its gradient norm |grad F| (the paper's
+    stationarity measure), test accuracy and worst-group test accuracy, each as mean ± 95 % CI
+    (Student t) over seeds, and a figure of F and worst-group accuracy against eps."""
+    recs = _finished(records, spec.where)
+    columns = (("train F", "final/train/dro_objective", 3), ("train ‖∇F‖", "final/train/grad_norm", 3),
+               ("test accuracy", "final/test/accuracy", 4), ("worst-group accuracy", "final/test/worst_group_accuracy", 4))
+    values = {metric: grouped(recs, metric) for _, metric, _ in columns}
+    keys = values["final/test/accuracy"]
+
+    def cell(metric: str, key: tuple[str, str, float | None], digits: int) -> str:
+        m = mean_ci(values[metric].get(key, []))
+        form = ".2e" if abs(m.mean) >= 1e4 else f".{digits}f"  # a diverged F reads 2.43e+10, not 11 digits
+        if m.n < 2:  # one seed has no interval (not ± 0)
+            return "-" if m.n == 0 else format(m.mean, form)
+        return f"{format(m.mean, form)} ± {format(m.ci, form)}"
+
+    header = ["dataset", "eps", "method", "seeds", *[c[0] for c in columns]]
+    rows = []
+    datasets = sorted({k[0] for k in keys})
+    for d in datasets:
+        for e in sorted({k[2] for k in keys if k[0] == d}, key=lambda v: math.inf if v is None else v):
+            for m in _methods(sorted({k[1] for k in keys if k[0] == d and k[2] == e})):
+                k = (d, m, e)
+                rows.append([d, "non-private" if e is None else f"{e:g}", METHOD_LABEL.get(m, m), str(len(keys[k])),
+                             *[cell(metric, k, digits) for _, metric, digits in columns]])
+    files = _write_table(Path(out_dir), spec.name, header, rows)
+    plt = pyplot()
+    shown = (("final/train/dro_objective", "training F (log)"), ("final/test/worst_group_accuracy", "worst-group test accuracy"))
+    fig, axes = plt.subplots(max(len(datasets), 1), 2, figsize=(8.4, 3.2 * max(len(datasets), 1)), squeeze=False, layout="constrained")
+    for row, d in zip(axes, datasets):
+        for ax, (metric, label) in zip(row, shown):
+            for m in _methods(sorted({k[1] for k in keys if k[0] == d})):
+                pts = sorted((k[2], mean_ci(v)) for k, v in values[metric].items() if k[0] == d and k[1] == m and k[2] is not None)
+                if pts:
+                    ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=[p[1].ci for p in pts], marker="o", ms=3,
+                                capsize=2, label=METHOD_LABEL.get(m, m))
+            ax.set_xscale("log")
+            if metric.endswith("dro_objective"):
+                ax.set_yscale("log")
+            ax.set_xlabel("ε")
+            ax.set_ylabel(label)
+            ax.set_title(d, fontsize=9)
+    if datasets:
+        axes[0][0].legend(fontsize=7)
     fig.suptitle(spec.title, fontsize=10)
     return [*save(fig, Path(out_dir), spec.name), *files]
 

@@ -284,8 +284,9 @@ def draw(records: Sequence[Mapping[str, Any]], spec: FigureSpec, out_dir: Path, 
         return clipping(records, spec, out_dir)
     if spec.kind == "timing":
         return timing(records, spec, out_dir)
-    if spec.kind in ("dro_table", "dro_mia", "dro_gradnorm"):
-        draw_dro = {"dro_table": dro.accuracy_table, "dro_mia": dro.mia_table, "dro_gradnorm": dro.gradnorm_curves}[spec.kind]
+    if spec.kind in ("dro_table", "dro_noise", "dro_mia", "dro_gradnorm"):
+        draw_dro = {"dro_table": dro.accuracy_table, "dro_noise": dro.noise_table, "dro_mia": dro.mia_table,
+                    "dro_gradnorm": dro.gradnorm_curves}[spec.kind]
         return draw_dro(records, spec, out_dir)
     if spec.kind in ("group_table", "mspe_vs_rho"):  # regression (the DPSE paper)
         return (group_mspe.group_table if spec.kind == "group_table" else group_mspe.mspe_vs_rho)(records, spec, out_dir)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "dro_table", "dro_mia", "dro_gradnorm",
+Kind = Literal["tradeoff", "satisfaction", "clipping", "timing", "dro_table", "dro_noise", "dro_mia", "dro_gradnorm",
               "group_table", "mspe_vs_rho"]
 
 # the constraint value on the x axis, by constraint registry key (summary.json metric names)
@@ -98,6 +98,8 @@ FIGURES: dict[str, FigureSpec] = {
         FigureSpec("table2_timing", "table2_timing", "timing", "Time per step, batch 512 (Table 2)"),
         # the DP-DRO paper (docs/dro.md): Table 3, Table 2, Figure 1
         FigureSpec("dro_table3", "dro_table3", "dro_table", "DP-DRO: test accuracy (DP-DRO paper, Table 3)"),
+        FigureSpec("dro_noise", "dro_noise", "dro_noise",
+                   "DP-DRO where privacy noise dominates: digits-ST, MLP [32], each method tuned alike (docs/dro.md)"),
         FigureSpec("dro_table2_mia", "dro_table2_mia", "dro_mia", "DP-DRO: membership-inference AUC (DP-DRO paper, Table 2)"),
         FigureSpec("dro_fig1_gradnorm", "dro_table3", "dro_gradnorm", "DP-DRO: |grad F| over training, eps = 1 (DP-DRO paper, Fig. 1)",
                    where={"eps": (1,)}),
