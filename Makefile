@@ -101,7 +101,7 @@ reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; r
 	echo "make reproduce: total wall time $$((elapsed / 60)) min $$((elapsed % 60)) s (sweeps + figures; goal <= 15 min on 2 idle cores: $$([ $$elapsed -le 900 ] && echo met || echo not met))"; \
 	if [ -n "$$failed" ]; then echo "make reproduce: failed:$$failed (re-run to resume)"; exit 1; fi
 
-dro-noise: $(STAMP) ## DP-DRO where noise dominates (docs/dro.md): digits-ST MLP, 4 DP methods tuned alike x eps {0.5,1,5} x 5 seeds + SGDA; sweep, table, wall time [SMOKE=1]
+dro-noise: $(STAMP) ## DP-DRO where noise dominates (docs/dro.md): digits-ST MLP, 4 DP methods tuned alike x eps {0.5,1,5} x 5 seeds + non-private SGDA and SPIDER; sweep, table, wall time [SMOKE=1]
 	@start=$$(date +%s); \
 	$(RACO) train +sweep=dro_noise $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) && \
 	$(RACO) figures dro_noise $(if $(SMOKE),--smoke,--small) --out $(REPRODUCE_FIGURES) --no-log; status=$$?; \
