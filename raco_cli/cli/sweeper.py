@@ -34,7 +34,6 @@ Options (``hydra.sweeper.<key>``):
 
 from __future__ import annotations
 
-import copy
 import logging
 import sys
 import time
@@ -45,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raco_cli.cli.compose_cache import ComposeCache
 from raco_cli.cli.sweep_plan import (
     GROUP_OVERRIDE,
     SMOKE_SUFFIX,
@@ -140,7 +139,7 @@ class RacoSweeper(Sweeper):
         )
         self.group_max_runs = int(group_max_runs)
         self.group_memory_gb = float(group_memory_gb)
-        self._composed: dict[tuple[str, ...], DictConfig] = {}
+        self._composed: ComposeCache | None = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -152,36 +151,21 @@ class RacoSweeper(Sweeper):
         )
 
     def _job_config(self, overrides: list[str]) -> dict[str, Any]:
-        """The job config Hydra would compose for ``overrides``, composed once per sweep job.
-
-        Hydra composes a config in two stages: overrides that pick config-group options
-        (``method=dp_fermi``, ``+sweep=...``) shape the defaults list; every other override
-        (``seed=3``, ``method.steps=400``) is then applied to the composed config
-        (``ConfigLoaderImpl._apply_overrides_to_config``).  The first stage is the slow one
-        (~0.1-0.4 s), and a sweep's jobs share a handful of option choices, so it runs once per
-        distinct set of group overrides and the value overrides are applied to a copy with
-        Hydra's own function (tests check the result equals a full composition).
-        """
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
+        """The job config Hydra would compose for ``overrides``: each distinct set of group
+        overrides composed once (:mod:`raco_cli.cli.compose_cache`; tests check the result
+        equals a full composition)."""
         assert self.hydra_context is not None and self.config is not None
-        loader = self.hydra_context.config_loader
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        structural: list[Any] = []
-        values: list[Any] = []
-        for o in parsed:
-            is_value = not o.is_hydra_override() and (isinstance(o.value(), dict) or not loader.repository.group_exists(o.key_or_group))
-            (values if is_value else structural).append(o)
-        key = tuple(o.input_line for o in structural)
-        base = self._composed.get(key)
-        if base is None:
-            base = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(key))
-            with open_dict(base):
-                del base["hydra"]
-            self._composed[key] = base
-        cfg = copy.deepcopy(base)
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+        if self._composed is None:
+            loader, master = self.hydra_context.config_loader, self.config
+
+            def compose_structural(structural: list[str]) -> DictConfig:
+                base = loader.load_sweep_config(master_config=master, sweep_overrides=structural)
+                with open_dict(base):
+                    del base["hydra"]
+                return base
+
+            self._composed = ComposeCache(loader.repository, compose_structural)
+        return OmegaConf.to_container(self._composed(overrides), resolve=True)  # type: ignore[return-value]
 
     def sweep(self, arguments: list[str]) -> Any:
         from raco_cli.run.spec import config_hash

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from raco_cli.cli.compose_cache import ComposeCache
 from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options
 from raco_cli.cli.plugins import register_resolvers
 from raco_cli.errors import ConfigError, unknown_name
@@ -189,6 +190,7 @@ def prevalidate(args: Sequence[str]) -> None:
         ConfigError: the first problem, as one line.
     """
     from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
@@ -202,7 +204,7 @@ def prevalidate(args: Sequence[str]) -> None:
 
     def check(variant: list[str], context: str = "") -> None:
         try:
-            cfg = compose(config_name="config", overrides=variant)
+            cfg = composed(variant)
         except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
             raise ConfigError(f"{context}Invalid override in {variant}: {_first_line(exc)}") from None
         try:
@@ -215,6 +217,10 @@ def prevalidate(args: Sequence[str]) -> None:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            # the variants differ mostly in values: each defaults list is composed once
+            loader = GlobalHydra.instance().config_loader()
+            assert isinstance(loader, ConfigLoaderImpl)
+            composed = ComposeCache(loader.repository, lambda structural: compose(config_name="config", overrides=structural))
             for variant in variants:
                 check(variant)
             if any(o.lstrip("+").startswith("sweep=") for o in overrides):

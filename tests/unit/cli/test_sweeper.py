@@ -138,7 +138,7 @@ def test_each_job_is_composed_once_and_equals_a_full_composition(name):
         with open_dict(full):
             del full["hydra"]
         assert sweeper._job_config(overrides) == OmegaConf.to_container(full, resolve=True), overrides
-    assert len(sweeper._composed) <= len(sw["grids"])  # one composition per set of group options
+    assert len(sweeper._composed.composed) <= len(sw["grids"])  # one composition per set of group options
 
 
 def _cfg(**changes):
