@@ -185,6 +185,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                 shared_client = client(str(prep.spec.tracking.uri))
             same_store = shared_client is not None and str(prep.spec.tracking.uri) == str(first.spec.tracking.uri)
             recorders.append(open_recorder(prep, run_dir, sweep_dir, client=shared_client if same_store else None, buffered=True))
+        flush_recorders(recorders)  # every run's params in one store transaction, before training
         members = [
             Member(model=prep.model, constraints=prep.constraints, spec=prep.plan.spec, seeds=prep.seeds,
                    reporter=FanOut(rec), scaling=prep.scaling)
@@ -203,7 +204,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             except RacoError as exc:
                 print(f"error: job {member['num']}: {exc}", file=sys.stderr)
                 tag_error(rec, exc)
-        flush_recorders(recorders)  # every run's metrics in a few store transactions, then each run ends
+        flush_recorders(recorders)  # every run's metrics and final tags in a few store transactions, then each run ends
         for r, ((member, _), summary) in enumerate(zip(runs, out)):
             if summary is None:
                 continue

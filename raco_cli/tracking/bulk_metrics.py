@@ -1,4 +1,4 @@
-"""The evaluation histories of many runs written in a few store transactions.
+"""The evaluation histories, params and tags of many runs written in a few store transactions.
 
 A sweep group (:mod:`raco_cli.run.group`) ends with every run's buffered metrics to write:
 for a 160-run Adult group at 100 steps, ~133 000 rows.  MLflow's ``log_batch`` builds an ORM
@@ -8,6 +8,9 @@ same rows go into the same tables — MLflow's own table objects, so the schema 
 installed MLflow — by one ``executemany`` per table and transaction, with MLflow's validation,
 NaN/inf sanitising and "latest = greatest (step, timestamp, value)" rule applied the same way
 (tests/unit/tracking/test_bulk_metrics.py compares both paths row for row).
+
+The group's params (when its runs open) and final tags (when they close) go the same way
+(:func:`log_params_tags_bulk`): one transaction for all runs instead of one or more per run.
 
 Only MLflow's SQL store takes this path; any other store, and any batch MLflow's own path
 would treat specially (a row already stored, a run that is deleted), goes through
@@ -134,3 +137,70 @@ def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
                 .where(latest_metrics.c.run_uuid == r["run_uuid"], latest_metrics.c.key == r["key"])
                 .values(value=r["value"], step=r["step"], timestamp=r["timestamp"], is_nan=r["is_nan"])
             )
+
+
+def log_params_tags_bulk(client: Any, batches: Mapping[str, tuple[Sequence[Any], Sequence[Any]]]) -> None:
+    """Log ``{run_id: ([mlflow.entities.Param], [mlflow.entities.RunTag])}`` as ``client.log_batch``
+    would, run by run: params are immutable (a different value for a logged key is MLflow's
+    error), a tag replaces the run's tag of the same key.  A group opens its runs' params and
+    closes their final tags this way: one transaction instead of one (or more) per run."""
+    todo = {run_id: (list(p), list(t)) for run_id, (p, t) in batches.items() if p or t}
+    if not todo:
+        return
+    store = _sql_store(client)
+    try:
+        if store is None or any(tag.key == _RUN_NAME_TAG for _, tags in todo.values() for tag in tags):
+            raise _Fallback  # mlflow.runName also renames the run: MLflow's path
+        retrying(_write_params_tags, store, todo)
+    except _Fallback:
+        for run_id, (params, tags) in todo.items():
+            for start in range(0, max(len(params), len(tags)), _PARAMS_PER_LOG_BATCH):
+                retrying(client.log_batch, run_id, params=params[start : start + _PARAMS_PER_LOG_BATCH],
+                         tags=tags[start : start + _PARAMS_PER_LOG_BATCH])
+
+
+_RUN_NAME_TAG = "mlflow.runName"
+_PARAMS_PER_LOG_BATCH = 100  # MLflow's limit of params (and tags) per log_batch request
+
+
+def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]]]) -> None:
+    """One transaction: MLflow's validation of each run's batch (``SqlAlchemyStore.log_batch``),
+    its params inserted (a key already logged: MLflow's path decides), its tags upserted."""
+    import sqlalchemy as sa
+    from mlflow.entities import LifecycleStage
+    from mlflow.store.tracking.dbmodels.models import SqlParam, SqlRun, SqlTag
+    from mlflow.utils.validation import (
+        _validate_batch_log_data,
+        _validate_batch_log_limits,
+        _validate_param_keys_unique,
+    )
+
+    param_rows, tag_rows = [], {}
+    for run_id, (params, tags) in todo.items():
+        _, params, tags = _validate_batch_log_data([], params, tags)
+        for start in range(0, max(len(params), len(tags)), _PARAMS_PER_LOG_BATCH):  # the requests MLflow's path makes
+            _validate_batch_log_limits([], params[start : start + _PARAMS_PER_LOG_BATCH], tags[start : start + _PARAMS_PER_LOG_BATCH])
+        _validate_param_keys_unique(params)
+        param_rows += [{"run_uuid": run_id, "key": p.key, "value": p.value} for p in params]
+        for t in tags:  # the last value of a key wins, as in MLflow's _set_tags
+            tag_rows[(run_id, t.key)] = {"run_uuid": run_id, "key": t.key, "value": t.value}
+    runs, params_t, tags_t = SqlRun.__table__, SqlParam.__table__, SqlTag.__table__
+    run_ids = list(todo)
+    with store.engine.begin() as conn:  # commits at the end, rolls back on any exception
+        if store.engine.dialect.name == "sqlite":
+            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
+            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
+        stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(run_ids))).all())
+        if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
+            raise _Fallback  # MLflow's path raises its own error for a missing or deleted run
+        if param_rows:
+            try:
+                conn.execute(sa.insert(params_t), param_rows)
+            except sa.exc.IntegrityError:
+                raise _Fallback from None  # a key already logged: equal is fine, different MLflow's error
+        for run_id in run_ids:  # upsert: the keys being set are replaced
+            keys = [k for r, k in tag_rows if r == run_id]
+            if keys:
+                conn.execute(sa.delete(tags_t).where(tags_t.c.run_uuid == run_id, tags_t.c.key.in_(keys)))
+        if tag_rows:
+            conn.execute(sa.insert(tags_t), list(tag_rows.values()))

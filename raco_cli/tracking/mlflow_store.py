@@ -21,7 +21,7 @@ from typing import Any
 
 from raco_cli.errors import TrackingError
 from raco_cli.methods.base import EvalRecord
-from raco_cli.tracking.bulk_metrics import log_metrics_bulk
+from raco_cli.tracking.bulk_metrics import log_metrics_bulk, log_params_tags_bulk
 from raco_cli.tracking.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -335,11 +335,13 @@ class RunRecorder:
         run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         self.uri = uri
-        items = list(flatten(params).items())
-        for start in range(0, len(items), 100):  # MLflow batch limit
-            batch = [Param(k, v) for k, v in items[start : start + 100]]
-            retrying(self.client.log_batch, self.run_id, params=batch)
         self._RunTag = RunTag
+        # buffered (a group's runs): params and later tags wait for flush_recorders, which
+        # writes every run's in one transaction (the group flushes params before training)
+        self._pending_params = [Param(k, v) for k, v in flatten(params).items()]
+        self._pending_tags: list[Any] = []
+        if not buffered:
+            self.flush()
 
     # Reporter protocol
     def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
@@ -368,7 +370,8 @@ class RunRecorder:
         self.log_metrics(metrics, step=record.step)
 
     def flush(self) -> None:
-        """Log the buffered metrics (:func:`flush_recorders` does it for many runs at once)."""
+        """Log the buffered params, tags and metrics (:func:`flush_recorders` does it for many
+        runs at once)."""
         flush_recorders([self])
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
@@ -385,7 +388,12 @@ class RunRecorder:
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        retrying(self.client.log_batch, self.run_id, tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
+        """Set now, or keep for :meth:`flush` when the recorder is ``buffered``."""
+        batch = [self._RunTag(k, str(v)) for k, v in tags.items()]
+        if self.buffered:
+            self._pending_tags.extend(batch)
+            return
+        retrying(self.client.log_batch, self.run_id, tags=batch)
 
     def log_artifact(self, path: Path) -> None:
         retrying(self.client.log_artifact, self.run_id, str(path))
@@ -411,13 +419,16 @@ class RunRecorder:
 
 
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
-    """Log the buffered metrics of several runs, in bulk per shared client
-    (:mod:`raco_cli.tracking.bulk_metrics`); a recorder's buffer is emptied once written."""
+    """Log the buffered params, tags and metrics of several runs, in bulk per shared client
+    (:mod:`raco_cli.tracking.bulk_metrics`); a recorder's buffers are emptied once written."""
     by_client: dict[int, list[RunRecorder]] = {}
     for rec in recorders:
-        if rec is not None and rec._pending:
+        if rec is not None and (rec._pending or rec._pending_params or rec._pending_tags):
             by_client.setdefault(id(rec.client), []).append(rec)
     for recs in by_client.values():
+        log_params_tags_bulk(recs[0].client, {rec.run_id: (rec._pending_params, rec._pending_tags) for rec in recs})
+        for rec in recs:
+            rec._pending_params, rec._pending_tags = [], []
         log_metrics_bulk(recs[0].client, {rec.run_id: rec._pending for rec in recs})
         for rec in recs:
             rec._pending = []

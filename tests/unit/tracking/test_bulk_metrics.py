@@ -135,3 +135,117 @@ def test_other_stores_use_log_batch():
 
     log_metrics_bulk(Client(), {"a": [_m("k", 1.0, 1, s) for s in range(2500)], "b": [], "c": [_m("k", 1.0, 1, 0)]})
     assert calls == [("a", 1000), ("a", 1000), ("a", 500), ("c", 1)]
+
+
+# params and tags (a group's runs open and close in one transaction each)
+
+def _params(n, prefix="p"):
+    from mlflow.entities import Param
+
+    return [Param(f"{prefix}{i}", f"v{i}") for i in range(n)]
+
+
+def _tags(**kv):
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, v) for k, v in kv.items()]
+
+
+def _pt_state(c, run_id):
+    d = c.get_run(run_id).data
+    return dict(d.params), {k: v for k, v in d.tags.items() if k != "mlflow.runName"}
+
+
+def test_params_and_tags_as_log_batch_stores_them(store, monkeypatch):
+    """150 params (more than one MLflow request), tags replacing stored values and a key set
+    twice in the batch (the last wins): the same records as log_batch's, in one transaction."""
+    from raco_cli.tracking.bulk_metrics import log_params_tags_bulk
+
+    c, exp = store
+    ref, bulk = (c.create_run(exp, tags={"a": "old", "keep": "1"}).info.run_id for _ in range(2))
+    params, tags = _params(150), [*_tags(a="new", b="x"), *_tags(b="y")]
+    for start in range(0, 150, 100):
+        c.log_batch(ref, params=params[start : start + 100], tags=tags if start == 0 else [])
+    monkeypatch.setattr(c, "log_batch", lambda *a, **k: pytest.fail("fell back to log_batch"))
+    log_params_tags_bulk(c, {bulk: (params, tags)})
+    assert _pt_state(c, bulk) == _pt_state(c, ref)
+    assert _pt_state(c, bulk)[1] == {"a": "new", "b": "y", "keep": "1"} and len(_pt_state(c, bulk)[0]) == 150
+
+
+def test_many_runs_params_then_tags(store, monkeypatch):
+    from raco_cli.tracking.bulk_metrics import log_params_tags_bulk
+
+    c, exp = store
+    runs = [c.create_run(exp).info.run_id for _ in range(5)]
+    monkeypatch.setattr(c, "log_batch", lambda *a, **k: pytest.fail("fell back to log_batch"))
+    log_params_tags_bulk(c, {r: (_params(3, prefix=f"r{i}."), []) for i, r in enumerate(runs)})
+    log_params_tags_bulk(c, {r: ([], _tags(done=str(i))) for i, r in enumerate(runs)})
+    for i, r in enumerate(runs):
+        assert _pt_state(c, r) == ({f"r{i}.{j}": f"v{j}" for j in range(3)}, {"done": str(i)})
+
+
+def test_a_param_already_logged_is_mlflows_decision(store):
+    """The same value again is accepted, a different one is MLflow's error (its per-run path)."""
+    from mlflow.exceptions import MlflowException
+
+    from raco_cli.tracking.bulk_metrics import log_params_tags_bulk
+
+    c, exp = store
+    run_id = c.create_run(exp).info.run_id
+    c.log_batch(run_id, params=_params(2))
+    log_params_tags_bulk(c, {run_id: (_params(3), [])})
+    assert len(_pt_state(c, run_id)[0]) == 3
+    from mlflow.entities import Param
+
+    with pytest.raises(MlflowException, match="Changing param values is not allowed"):
+        log_params_tags_bulk(c, {run_id: ([Param("p0", "other")], [])})
+
+
+def test_bad_params_tags_refused_and_nothing_written(store):
+    from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
+
+    from raco_cli.tracking.bulk_metrics import log_params_tags_bulk
+
+    c, exp = store
+    ok, bad = c.create_run(exp).info.run_id, c.create_run(exp).info.run_id
+    with pytest.raises(MlflowException):
+        log_params_tags_bulk(c, {ok: (_params(2), []), bad: ([Param("bad/..//key", "1")], [])})
+    assert _pt_state(c, ok) == ({}, {})
+    deleted = c.create_run(exp).info.run_id
+    c.delete_run(deleted)
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        log_params_tags_bulk(c, {deleted: (_params(1), [])})
+
+
+def test_params_tags_on_other_stores_use_log_batch():
+    from raco_cli.tracking.bulk_metrics import log_params_tags_bulk
+
+    calls = []
+
+    class Client:  # not backed by MLflow's SQL store
+        def log_batch(self, run_id, params, tags):
+            calls.append((run_id, len(params), len(tags)))
+
+    log_params_tags_bulk(Client(), {"a": (_params(230), _tags(x="1")), "b": ([], []), "c": ([], _tags(y="2"))})
+    assert calls == [("a", 100, 1), ("a", 100, 0), ("a", 30, 0), ("c", 0, 1)]
+
+
+def test_a_buffered_recorder_writes_params_and_tags_when_flushed(tmp_path):
+    """A group's recorder keeps its params and tags until flush_recorders; a one-run recorder
+    writes its params when opened."""
+    from raco_cli.tracking.mlflow_store import RunRecorder, flush_recorders
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    one = RunRecorder(uri=uri, experiment="e", run_name="one", params={"a": {"b": 1}}, tags={"t": "1"})
+    assert one.client.get_run(one.run_id).data.params == {"a.b": "1"}
+    recs = [RunRecorder(uri=uri, experiment="e", run_name=f"g{i}", params={"seed": i}, tags={}, client=one.client, buffered=True)
+            for i in range(3)]
+    assert all(one.client.get_run(r.run_id).data.params == {} for r in recs)
+    flush_recorders(recs)
+    for i, r in enumerate(recs):
+        r.set_tags({"satisfied": "true"})
+        assert one.client.get_run(r.run_id).data.params == {"seed": str(i)}
+        assert "satisfied" not in one.client.get_run(r.run_id).data.tags
+    flush_recorders(recs)
+    assert all(one.client.get_run(r.run_id).data.tags["satisfied"] == "true" for r in recs)
