@@ -57,11 +57,13 @@ from raco_cli.privacy.preprocessing import standardize_columns
 
 EVAL_RUNS = 16  # runs per evaluation chunk
 
-#: MethodSpec fields that may differ between the runs of a group (everything else must match)
+#: MethodSpec fields that may differ between the runs of a group (everything else must match);
+#: ``train_size``: each run's released n~ under scope=model (its own q = B / n~, sampled by
+#: ``poisson_sample_many`` at a per-run rate), so the seeds of a scope=model sweep group too
 PER_RUN_FIELDS = (
     "lr", "momentum", "clip_norm", "noise_multiplier", "hist_noise_multiplier", "calibrate_noise", "lr_dual",
     "lambda_max", "temperature", "denominator_floor", "selection_eps", "preprocessing_noise", "options", "steps",
-    "max_steps", "micro_batch", "precision",
+    "max_steps", "micro_batch", "precision", "train_size",
 )  # fmt: skip
 
 

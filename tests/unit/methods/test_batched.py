@@ -122,6 +122,17 @@ def test_dp_fermi_in_a_group_equals_alone(small, scope):
     assert group[0].releases["gaussian_gradient_w"] == 0 and group[1].releases["gaussian_gradient_w"] == STEPS
 
 
+@pytest.mark.parametrize("name", ["raco_dp", "dp_sgd", "dp_fermi"])
+def test_runs_with_their_own_released_training_sizes_group(small, name):
+    """scope=model: each seed releases its own n~ (privacy/size.py), so each run samples at its
+    own q = B / n~; a group of such runs equals each run alone (a sweep's seeds group)."""
+    specs = [replace(s, train_size=1200.0 + d) for s, d in zip(_specs(name, scope="model"), (-37.4, 0.0, 52.9))]
+    if name == "dp_fermi":
+        specs = [replace(s, options={"lam": 2.0}, hist_noise_multiplier=None, temperature=1.0) for s in specs]
+    alone, group = _run_both(small, name, specs)
+    assert len({g.stats["sample_rate"] for g in group}) == 3
+
+
 def _public(data):
     """``data`` as a public-bounds encoding: the first 3 columns numeric in [-1, 1], one row with a NaN feature."""
     X = np.array(data.X, dtype=np.float32)
