@@ -19,7 +19,8 @@ would treat specially (a row already stored, a run that is deleted), goes throug
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from raco_cli.tracking.retry import retrying
@@ -28,6 +29,8 @@ from raco_cli.tracking.retry import retrying
 # the whole transaction, and parallel group jobs wait for it (busy timeout 20 s)
 ROWS_PER_TRANSACTION = 50_000
 _LOG_BATCH_LIMIT = 1000  # MLflow's metrics per log_batch request
+_PARAMS_PER_LOG_BATCH = 100  # MLflow's params (and tags) per log_batch request
+_RUN_NAME_TAG = "mlflow.runName"
 
 
 class _Fallback(Exception):
@@ -101,10 +104,9 @@ def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
     """One transaction: every row of ``chunk`` into ``metrics`` and ``latest_metrics`` updated."""
     import sqlalchemy as sa
-    from mlflow.entities import LifecycleStage
-    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
 
-    runs, metrics, latest_metrics = SqlRun.__table__, SqlMetric.__table__, SqlLatestMetric.__table__
+    metrics, latest_metrics = SqlMetric.__table__, SqlLatestMetric.__table__
     rows = [r for run_id, ms in chunk.items() for r in _rows(store, run_id, ms)]
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
@@ -112,13 +114,7 @@ def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
         if k not in latest or _newer(r, latest[k]):
             latest[k] = r
     run_ids = list(chunk)
-    with store.engine.begin() as conn:  # commits at the end, rolls back on any exception
-        if store.engine.dialect.name == "sqlite":  # what MLflow's sessions set on SQLite
-            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
-            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
-        stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(run_ids))).all())
-        if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
-            raise _Fallback  # MLflow's path raises its own error for a missing or deleted run
+    with _active_runs_transaction(store, run_ids) as conn:
         cols = (latest_metrics.c.run_uuid, latest_metrics.c.key, latest_metrics.c.step, latest_metrics.c.timestamp, latest_metrics.c.value)
         stored = {
             (run_uuid, key): {"step": step, "timestamp": ts, "value": value}
@@ -159,23 +155,19 @@ def log_params_tags_bulk(client: Any, batches: Mapping[str, tuple[Sequence[Any],
                          tags=tags[start : start + _PARAMS_PER_LOG_BATCH])
 
 
-_RUN_NAME_TAG = "mlflow.runName"
-_PARAMS_PER_LOG_BATCH = 100  # MLflow's limit of params (and tags) per log_batch request
-
-
 def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]]]) -> None:
     """One transaction: MLflow's validation of each run's batch (``SqlAlchemyStore.log_batch``),
     its params inserted (a key already logged: MLflow's path decides), its tags upserted."""
     import sqlalchemy as sa
-    from mlflow.entities import LifecycleStage
-    from mlflow.store.tracking.dbmodels.models import SqlParam, SqlRun, SqlTag
+    from mlflow.store.tracking.dbmodels.models import SqlParam, SqlTag
     from mlflow.utils.validation import (
         _validate_batch_log_data,
         _validate_batch_log_limits,
         _validate_param_keys_unique,
     )
 
-    param_rows, tag_rows = [], {}
+    param_rows: list[dict[str, Any]] = []
+    tag_rows: dict[str, dict[str, dict[str, Any]]] = {}  # run -> key -> row
     for run_id, (params, tags) in todo.items():
         _, params, tags = _validate_batch_log_data([], params, tags)
         for start in range(0, max(len(params), len(tags)), _PARAMS_PER_LOG_BATCH):  # the requests MLflow's path makes
@@ -183,24 +175,35 @@ def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]
         _validate_param_keys_unique(params)
         param_rows += [{"run_uuid": run_id, "key": p.key, "value": p.value} for p in params]
         for t in tags:  # the last value of a key wins, as in MLflow's _set_tags
-            tag_rows[(run_id, t.key)] = {"run_uuid": run_id, "key": t.key, "value": t.value}
-    runs, params_t, tags_t = SqlRun.__table__, SqlParam.__table__, SqlTag.__table__
-    run_ids = list(todo)
-    with store.engine.begin() as conn:  # commits at the end, rolls back on any exception
-        if store.engine.dialect.name == "sqlite":
-            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
-            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
-        stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(run_ids))).all())
-        if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
-            raise _Fallback  # MLflow's path raises its own error for a missing or deleted run
+            tag_rows.setdefault(run_id, {})[t.key] = {"run_uuid": run_id, "key": t.key, "value": t.value}
+    params_t, tags_t = SqlParam.__table__, SqlTag.__table__
+    with _active_runs_transaction(store, list(todo)) as conn:
         if param_rows:
             try:
                 conn.execute(sa.insert(params_t), param_rows)
             except sa.exc.IntegrityError:
                 raise _Fallback from None  # a key already logged: equal is fine, different MLflow's error
-        for run_id in run_ids:  # upsert: the keys being set are replaced
-            keys = [k for r, k in tag_rows if r == run_id]
-            if keys:
-                conn.execute(sa.delete(tags_t).where(tags_t.c.run_uuid == run_id, tags_t.c.key.in_(keys)))
+        for run_id, rows in tag_rows.items():  # upsert: the keys being set are replaced
+            conn.execute(sa.delete(tags_t).where(tags_t.c.run_uuid == run_id, tags_t.c.key.in_(list(rows))))
         if tag_rows:
-            conn.execute(sa.insert(tags_t), list(tag_rows.values()))
+            conn.execute(sa.insert(tags_t), [row for rows in tag_rows.values() for row in rows.values()])
+
+
+@contextmanager
+def _active_runs_transaction(store: Any, run_ids: Sequence[str]) -> Iterator[Any]:
+    """A connection in one transaction (committed at the end, rolled back on any exception)
+    with MLflow's SQLite session settings, after checking every run is active (a missing or
+    deleted run: MLflow's per-run path, which raises its own error)."""
+    import sqlalchemy as sa
+    from mlflow.entities import LifecycleStage
+    from mlflow.store.tracking.dbmodels.models import SqlRun
+
+    runs = SqlRun.__table__
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":  # what MLflow's sessions set on SQLite
+            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
+            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
+        stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(list(run_ids)))).all())
+        if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
+            raise _Fallback
+        yield conn
