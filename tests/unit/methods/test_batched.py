@@ -167,6 +167,41 @@ def test_poisson_samples_of_many_runs_are_each_runs_own():
                     assert (idx[r, k, lengths[r, k] :] == n).all()
 
 
+@pytest.mark.parametrize("shape", [(2, 7), (2,), (3, 40), (4, 2)])
+def test_group_noise_is_each_runs_own_draw_bit_for_bit(shape):
+    """gaussian_many / laplace_many (one tensor filled run by run, scaled once) equal the
+    stack of each run's own gaussian_noise / laplace_noise, bit for bit, draw after draw."""
+    from raco_cli.privacy.mechanisms import gaussian_noise, laplace_noise
+
+    stds = [0.3, 1.0, 2.7, 1e-3]
+    a = [noise_source(s, CPU, secure=False) for s in range(4)]
+    b = [noise_source(s, CPU, secure=False) for s in range(4)]
+    for _ in range(3):
+        for dtype in (torch.float32, torch.float64):
+            ref = torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, b)])
+            assert torch.equal(batched.gaussian_many(shape, stds, a, dtype=dtype), ref)
+        ref = torch.stack([laplace_noise(shape, s, g) for s, g in zip(stds, b)])
+        assert torch.equal(batched.laplace_many(shape, stds, a), ref)
+
+
+def test_a_gather_reuses_its_buffer_and_returns_the_rows_asked_for(small):
+    """GroupRows.gather writes into one reused buffer (no fresh ~80 MB array a step): each
+    call returns exactly the rows of its indices, whatever size the earlier calls had."""
+    train = np.asarray(small.splits["train"])
+    cons = constraints.build("dp", n_classes=2, n_groups=small.n_groups, gamma=0.05)
+    rows = batched.GroupRows(small, train, cons.cells(small.y[train], small.group[train]), [None], CPU, n_cells=cons.Q)
+    rng = np.random.default_rng(0)
+    n = len(train)
+    for L in (5, 40, 3, 41, 60):
+        idx = rng.integers(0, n + 1, size=(3, L))  # n: the pad row
+        got = rows.gather(idx)
+        want = rows.packed[torch.as_tensor(idx)]
+        assert torch.equal(got["X"], want[..., : rows.d])
+        assert torch.equal(got["onehot"], want[..., rows.d : rows.d + 2])
+        assert torch.equal(got["valid"], torch.as_tensor(idx < n))
+        assert (got["X"][~got["valid"]] == 0).all()
+
+
 def test_a_group_rejects_runs_that_differ_in_structure(small):
     specs = _specs("raco_dp")
     cons = constraints.build("dp", n_classes=2, n_groups=small.n_groups, gamma=0.05)
