@@ -54,3 +54,33 @@ def test_empty_group_in_split_is_reported_not_fatal():
     assert m["group_accuracy"]["b"] is None
     assert m["dp_gap"] == 0.0
     assert np.isfinite(m["constraint_max_hard"])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.5])
+def test_binary_evaluation_equals_the_definitions(temperature):
+    """The binary fast path (margins, torch's softplus, class-0 mass as rows minus class-1
+    mass) against the definitions computed independently here: mean cross-entropy
+    ``-log softmax(z)_y`` (clipped at -log 1e-300, as for every task) and Gamma_post of the
+    exact hard and soft histograms (paper eq. 8, ``ConstraintSet.histogram``), with extreme
+    and infinite margins among the rows."""
+    rng = np.random.default_rng(1)
+    n, n_groups = 3000, 3
+    y = rng.integers(0, 2, n)
+    group = rng.integers(0, n_groups, n)
+    z = rng.normal(0.0, 3.0, (n, 2))
+    z[:5] = [[0.0, 800.0], [800.0, 0.0], [-1e4, 1e4], [0.0, np.inf], [np.inf, 0.0]]
+    cs = build("eo", n_classes=2, n_groups=n_groups, gamma=0.05)
+    m = evaluate(z, y, group, constraints=cs, temperature=temperature, group_names=("a", "b", "c"))
+
+    d = z[:, 1] - z[:, 0]
+    signed = -(2.0 * y - 1.0) * d
+    nll = np.minimum(np.logaddexp(0.0, signed), -np.log(1e-300))  # -log p_y of two logits
+    assert m["loss"] == pytest.approx(nll.mean(), rel=1e-13)
+    cells = cs.cells(y, group)
+    hard = np.stack([d <= 0, d > 0], axis=1).astype(float)
+    with np.errstate(over="ignore"):
+        p1 = 1.0 / (1.0 + np.exp(-temperature * d))
+    soft = np.stack([1.0 - p1, p1], axis=1)
+    for kind, probs in (("hard", hard), ("soft", soft)):
+        want = cs.gamma_post(cs.histogram(probs, cells), floor=None)
+        np.testing.assert_allclose(m[f"constraint_values_{kind}"], want, rtol=0, atol=1e-12)
