@@ -157,7 +157,7 @@ class GroupRows:
         self.packed = torch.cat([packed, torch.zeros_like(packed[:1])])  # the pad row, index n
         # the gathered rows of a step (R x 2B rows: ~80 MB for 160 runs on Adult) go into one
         # reused buffer: a fresh array that large is mapped anew and page-faulted every step,
-        # which took half of the gather's time
+        # which was about a third of the gather
         self._buffer = self.packed.new_empty((0, self.packed.shape[1]))
         self.n, self.d, self.K, self.Q, self.device = n, X.shape[1], data.n_classes, n_cells, device
         if m:
