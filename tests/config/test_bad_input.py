@@ -79,7 +79,7 @@ def test_a_batch_larger_than_the_data_is_one_line_with_a_value_that_works(tmp_pa
 
 def test_budget_that_cannot_be_met(tmp_path):
     # 4 000 rows: under scope=model the released training size is n + N(0, 50^2) per cell, and
-    # on BASE's 400 rows it fell below method.batch_size=100 in ~1 run of 10 (a different,
+    # on BASE's 400 rows it fell below method.batch_size=100 in ~1 run of 100 (a different,
     # also correct, error)
     with pytest.raises(RacoError, match=r"^Cannot reach eps=0\.001 \(delta=1e-05, sample_rate=.*a single step already spends eps="):
         _prepare("eps=0.001", "dataset.options.n=4000", tmp_path=tmp_path)
