@@ -311,13 +311,13 @@ def gaussian_many(shape: tuple[int, ...], stds: Sequence[float], sources: Sequen
     Seeded torch generators: each run's standard normals are drawn into its slice of one
     tensor (its own generator, the draws ``gaussian_noise`` makes), then every run is scaled
     by its std in one product, the same float multiply ``gaussian_noise`` does per run."""
-    seeded = [g for g in sources if isinstance(g, torch.Generator)]
-    if not seeded or len(seeded) < len(sources):  # SecureNoise: its own transform, run by run
+    seeded = _seeded(sources)
+    if seeded is None:  # SecureNoise: its own transform, run by run
         return torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, sources)])
     z = torch.empty((len(seeded), *shape), dtype=dtype, device=seeded[0].device)
     for r, g in enumerate(seeded):
         torch.randn(shape, generator=g, dtype=dtype, device=g.device, out=z[r])
-    return z.mul_(torch.tensor(list(stds), dtype=torch.float64).to(dtype=dtype, device=z.device).view(-1, *([1] * len(shape))))
+    return z.mul_(per_run(stds, z.device, dims=z.dim(), dtype=dtype))
 
 
 def laplace_many(shape: tuple[int, ...], scales: Sequence[float], sources: Sequence[NoiseSource]) -> torch.Tensor:
@@ -325,14 +325,20 @@ def laplace_many(shape: tuple[int, ...], scales: Sequence[float], sources: Seque
 
     Seeded torch generators: each run's two Exp(1) tensors are drawn into its slice of one
     tensor, then ``scale_r * (e0 - e1)`` of every run in two vectorised float64 operations."""
-    seeded = [g for g in sources if isinstance(g, torch.Generator)]
-    if not seeded or len(seeded) < len(sources):  # SecureNoise: its own transform, run by run
+    seeded = _seeded(sources)
+    if seeded is None:  # SecureNoise: its own transform, run by run
         return torch.stack([laplace_noise(shape, s, g) for s, g in zip(scales, sources)])
     e = torch.empty((len(seeded), 2, *shape), dtype=torch.float64, device=seeded[0].device)
     for r, g in enumerate(seeded):
         e[r].exponential_(generator=g)
-    scale = torch.tensor(list(scales), dtype=torch.float64, device=e.device).view(-1, *([1] * len(shape)))
-    return scale * (e[:, 0] - e[:, 1])
+    return per_run(scales, e.device, dims=e.dim() - 1, dtype=torch.float64) * (e[:, 0] - e[:, 1])
+
+
+def _seeded(sources: Sequence[NoiseSource]) -> list[torch.Generator] | None:
+    """The sources as seeded torch generators; None when there are none or any is a
+    :class:`SecureNoise` (whose draws :func:`gaussian_noise` and :func:`laplace_noise` transform)."""
+    seeded = [g for g in sources if isinstance(g, torch.Generator)]
+    return seeded if seeded and len(seeded) == len(sources) else None
 
 
 def group_softmax(z: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:

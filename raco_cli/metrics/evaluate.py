@@ -219,7 +219,7 @@ def evaluate_binary_many(
         cell_n = cellhot.sum(axis=0)  # (Q,) rows per cell: class-0 mass = rows - class-1 mass
         temps = np.asarray(temperatures, dtype=np.float64)[:, None]
         with np.errstate(over="ignore", invalid="ignore"):
-            soft = np.exp(-d if np.all(temps == 1.0) else -temps * d)  # (-1 * d is -d: the same values)
+            soft = np.exp(-temps * d)
             soft += 1.0
             np.reciprocal(soft, out=soft)  # 1 / (1 + exp(-tau d)), in place
         for p1 in (pred.astype(np.float64), soft):
