@@ -84,3 +84,37 @@ def test_binary_evaluation_equals_the_definitions(temperature):
     for kind, probs in (("hard", hard), ("soft", soft)):
         want = cs.gamma_post(cs.histogram(probs, cells), floor=None)
         np.testing.assert_allclose(m[f"constraint_values_{kind}"], want, rtol=0, atol=1e-12)
+
+
+def test_binary_rates_are_the_means_over_each_groups_rows():
+    """A binary evaluation's rates come from one product of per-(group, label) counts
+    (``_binary_rates``); each must be exactly the mean over its own rows: overall and per-group
+    accuracy, positive rate, FNR, FPR and the TPR/FPR spreads.  Group 2 has only negatives (its
+    TPR is undefined and left out of the spread), group 3 has no rows, and a NaN margin predicts
+    class 0."""
+    rng = np.random.default_rng(7)
+    n = 1500
+    y = rng.integers(0, 2, n)
+    group = rng.integers(0, 3, n)
+    y[group == 2] = 0
+    z = rng.normal(0.0, 1.0, (n, 2)) + 0.3 * group[:, None] * np.array([0.0, 1.0])
+    z[:3] = [[np.nan, 0.0], [np.inf, np.inf], [0.0, 0.0]]
+    cs = build("eo", n_classes=2, n_groups=4, gamma=0.05)
+    m = evaluate(z, y, group, constraints=cs, temperature=1.0, group_names=("a", "b", "c", "d"))
+
+    with np.errstate(invalid="ignore"):
+        pred = (z[:, 1] - z[:, 0] > 0).astype(int)
+    assert m["accuracy"] == np.mean(pred == y)
+    assert m["fnr"] == np.mean(pred[y == 1] == 0)
+    assert m["fpr"] == np.mean(pred[y == 0] == 1)
+    for g, name in enumerate("abc"):
+        rows = group == g
+        assert m["group_accuracy"][name] == np.mean(pred[rows] == y[rows])
+        assert m["group_positive_rate"][name] == np.mean(pred[rows] == 1)
+    assert m["group_accuracy"]["d"] is None and m["group_positive_rate"]["d"] is None
+    tpr = [np.mean(pred[(group == g) & (y == 1)]) for g in (0, 1)]
+    fpr = [np.mean(pred[(group == g) & (y == 0)]) for g in (0, 1, 2)]
+    assert m["eop_gap"] == max(tpr) - min(tpr)
+    assert m["eo_gap"] == max(max(tpr) - min(tpr), max(fpr) - min(fpr))
+    positive = [np.mean(pred[group == g]) for g in (0, 1, 2)]
+    assert m["dp_gap"] == max(positive) - min(positive)
