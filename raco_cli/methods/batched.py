@@ -223,8 +223,9 @@ class GroupEvaluator:
             W = torch.cat([(Wn / std).float(), W[..., self.m :]], dim=2)
             b = (b.double() - (Wn * mean / std).sum(dim=2)).float()
         X = self.X[split]
-        if K == 2:
-            return torch.addmm(b[:, 1] - b[:, 0], X, (W[:, 1] - W[:, 0]).t()).t().double().cpu().numpy()
+        if K == 2:  # (R, n) row-major: each run's margins contiguous for the evaluation's chunks
+            margins = torch.addmm(b[:, 1] - b[:, 0], X, (W[:, 1] - W[:, 0]).t()).cpu().numpy()  # (n, R)
+            return np.ascontiguousarray(margins.T, dtype=np.float64)
         Z = torch.addmm(b.reshape(R * K), X, W.reshape(R * K, d).t())  # (n, R*K)
         return Z.view(len(X), R, K).permute(1, 0, 2).double().cpu().numpy()
 
