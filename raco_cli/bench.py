@@ -139,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     from raco_cli.cli.paths import PROJECT_ROOT
     from raco_cli.data import sources
     from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+    from raco_cli.run.train import set_threads
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)  # torch's threads, and numpy's BLAS on one as in raco train
 
     def spec_of(name: str, private: bool) -> MethodSpec:
         return MethodSpec(

@@ -22,6 +22,7 @@ from raco_cli.run.spec import plain_config
 log = logging.getLogger(__name__)
 
 _SECURE_RNG_WARNED = False
+_NUMPY_BLAS_LIMITED = False
 
 
 def train(
@@ -78,11 +79,33 @@ def _train(cfg: Mapping[str, Any], *, run_dir: Path, sweep_dir: Path | None, pre
 
 
 def set_threads(threads: int | None) -> None:
-    """``threads``: torch CPU threads (e.g. 1 for timing, Table 2: no thread sync on tiny ops)."""
+    """``threads``: torch CPU threads (e.g. 1 for timing, Table 2: no thread sync on tiny ops).
+
+    numpy's own BLAS (OpenBLAS) is kept to one thread whatever ``threads`` is: torch does the
+    heavy products, and two thread pools on the same cores oversubscribe them (torch's OpenMP
+    workers spin after each op while OpenBLAS's threads wait for a core).  Measured on 2 cores:
+    a 160-run evaluation of Adult's three splits with torch on 2 threads, min 630-691 ms with
+    OpenBLAS on 2 threads, 347-365 ms on 1 (docs/batched.md)."""
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
+    single_threaded_numpy_blas()
+
+
+def single_threaded_numpy_blas() -> None:
+    """Limit the OpenBLAS libraries numpy and scipy have loaded to one thread (not a BLAS that
+    torch links dynamically: its products are the ones worth threading).  Once per process:
+    finding the libraries costs ~10 ms."""
+    global _NUMPY_BLAS_LIMITED
+    if _NUMPY_BLAS_LIMITED:
+        return
+    from threadpoolctl import ThreadpoolController
+
+    for lib in ThreadpoolController().lib_controllers:
+        if lib.internal_api == "openblas" and "torch" not in Path(lib.filepath).parts:
+            lib.set_num_threads(1)
+    _NUMPY_BLAS_LIMITED = True
 
 
 def draw_curves(spec: Any, sweep_dir: Path | None) -> bool:
