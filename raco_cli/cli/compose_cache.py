@@ -13,7 +13,7 @@ composition.
 
 from __future__ import annotations
 
-import copy
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +50,8 @@ class ComposeCache:
         base = self.composed.get(key)
         if base is None:
             base = self.composed[key] = self.compose_structural(list(key))
-        cfg = copy.deepcopy(base)
+        # a pickle round trip is OmegaConf's own deep copy (its __getstate__/__setstate__: flags,
+        # node types, interpolations), ~3.6x faster than copy.deepcopy on raco's config (1.7 vs 6.0 ms)
+        cfg = pickle.loads(pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL))
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         return cfg
