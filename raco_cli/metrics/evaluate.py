@@ -279,7 +279,7 @@ def _assemble(
     loss = nll.mean(axis=1) if n else np.full(R, np.nan)
     values: dict[str, np.ndarray] = {}
     for i, kind in enumerate(("hard", "soft")):
-        values[kind] = np.stack([c.gamma_post(hists[i][r], floor=None) for r, c in enumerate(constraints)]) if hists else np.zeros((R, 0))
+        values[kind] = _gamma_post_many(constraints[0], hists[i]) if hists else np.zeros((R, 0))
     group_hot = _onehot(group, n_groups)
     if K == 2:  # every rate from one product of per-(group, label) counts
         binary = _binary_rates(y, pred, group_hot)
@@ -294,24 +294,63 @@ def _assemble(
     # robustness metrics only for the runs that asked (probabilities given): every extra metric is
     # mirrored to MLflow at every evaluation, and metric logging is most of a sweep's time
     robust = _robust_many(y, pred, acc_g, n_classes=K, class_names=class_names) if probs is not None else None
+    hard, soft = values["hard"], values["soft"]
+    gamma = np.stack([c.gamma for c in constraints]) if R else np.zeros((0, hard.shape[1]))  # (R, J)
+    # every per-run number as Python floats at once (.tolist()): a float() per value per run
+    # was most of the evaluation's Python time
+    per_run: dict[str, list[Any]] = {
+        "accuracy": accuracy.tolist(), "loss": loss.tolist(),
+        "values_hard": hard.tolist(), "values_soft": soft.tolist(),
+        "max_hard": _max_rows(hard), "max_soft": _max_rows(soft),
+        "violation_hard": _max_rows(hard - gamma), "violation_soft": _max_rows(soft - gamma),
+        **{name: v.tolist() for name, v in fair.items()},
+    }
+    families = _family_metrics_many(constraints[0], hard, soft, gamma) if R else []
+    acc_g_list, pos_g_list = _nan_to_none_rows(acc_g), _nan_to_none_rows(pos_g)
     out = []
-    for r, cons in enumerate(constraints):
-        m: dict[str, Any] = {"n": int(n), "accuracy": float(accuracy[r]), "loss": float(loss[r])}
+    for r in range(R):
+        m: dict[str, Any] = {"n": int(n), "accuracy": per_run["accuracy"][r], "loss": per_run["loss"][r]}
         for kind in ("hard", "soft"):
-            v = values[kind][r]
-            m[f"constraint_values_{kind}"] = [float(x) for x in v]
-            m[f"constraint_max_{kind}"] = _max(v)
-            m[f"violation_{kind}"] = _max(v - cons.gamma)
+            m[f"constraint_values_{kind}"] = per_run[f"values_{kind}"][r]
+            m[f"constraint_max_{kind}"] = per_run[f"max_{kind}"][r]
+            m[f"violation_{kind}"] = per_run[f"violation_{kind}"][r]
         m["satisfied"] = bool(m["violation_hard"] <= 0.0)
-        m.update({name: float(v[r]) for name, v in fair.items()})
-        m["constraints"] = family_metrics(cons, values["hard"][r], values["soft"][r], m)
-        m["group_accuracy"] = {name: _nan_to_none(v) for name, v in zip(group_names, acc_g[r])}
-        m["group_positive_rate"] = {name: _nan_to_none(v) for name, v in zip(group_names, pos_g[r])}
+        m.update({name: per_run[name][r] for name in fair})
+        m["constraints"] = {family: {**entry[r], "standard": {name: m.get(name) for name in STANDARD_METRICS.get(family, ())}}
+                            for family, entry in families}
+        m["group_accuracy"] = dict(zip(group_names, acc_g_list[r]))
+        m["group_positive_rate"] = dict(zip(group_names, pos_g_list[r]))
         if robust is not None and probs is not None:
             m.update(robust[r])
             m["roc_auc"] = roc_auc(y, probs[r])
         out.append(m)
     return out
+
+
+def _gamma_post_many(constraints: ConstraintSet, H: np.ndarray) -> np.ndarray:
+    """``Gamma_post_j`` (paper eq. 12) of R exact histograms H (R, Q, K) at once, shape (R, J):
+    :meth:`ConstraintSet.gamma_post` with ``floor=None`` (an empty subset gives NaN) per run."""
+    R = H.shape[0]
+    J, M, K = constraints.alpha.shape
+    num = np.matmul(constraints.membership, H)  # (R, M, K): sum_{i in I} H[i, k]
+    denom = H.sum(axis=2) @ constraints.membership.T  # (R, M): |B_I|
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rates = num / np.where(denom == 0, np.nan, denom)[:, :, None]
+    return rates.reshape(R, M * K) @ constraints.alpha.reshape(J, M * K).T
+
+
+def _max_rows(values: np.ndarray) -> list[float]:
+    """Per row: max over the finite entries (0 when there are none: no constraint, or empty
+    subsets); :func:`_max` of each row, as Python floats."""
+    if values.shape[1] == 0:
+        return [0.0] * values.shape[0]
+    finite = np.isfinite(values)
+    return np.where(finite.any(axis=1), np.where(finite, values, -np.inf).max(axis=1), 0.0).tolist()
+
+
+def _nan_to_none_rows(values: np.ndarray) -> list[list[float | None]]:
+    """Rows of Python floats, non-finite entries as None (null in summary.json)."""
+    return [[v if np.isfinite(v) else None for v in row] for row in values.tolist()]
 
 
 def _max(values: np.ndarray) -> float:
@@ -320,29 +359,33 @@ def _max(values: np.ndarray) -> float:
     return float(finite.max()) if len(finite) else 0.0
 
 
-def family_metrics(
-    constraints: ConstraintSet, hard: np.ndarray, soft: np.ndarray, standard: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
-    """Per constraint family: ``names``, ``gamma``, ``values_hard`` / ``values_soft`` (the
-    family's Gamma_j), ``max_hard`` / ``max_soft`` (max_j Gamma_j), ``max_violation_hard`` /
-    ``_soft`` (max_j Gamma_j - gamma_j), ``satisfied`` (hard), and ``standard``: the family's
-    standard metric(s) from :data:`STANDARD_METRICS` (binary tasks; null otherwise).
-    """
-    out: dict[str, dict[str, Any]] = {}
+def _family_metrics_many(
+    constraints: ConstraintSet, hard: np.ndarray, soft: np.ndarray, gamma: np.ndarray
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per constraint family, per run: ``names``, ``gamma``, ``values_hard`` / ``values_soft``
+    (the family's Gamma_j), ``max_hard`` / ``max_soft`` (max_j Gamma_j),
+    ``max_violation_hard`` / ``_soft`` (max_j Gamma_j - gamma_j) and ``satisfied`` (hard); the
+    caller adds ``standard``: the family's standard metric(s) from :data:`STANDARD_METRICS`
+    (binary tasks; null otherwise).  ``hard``, ``soft``, ``gamma``: (R, J); the runs share
+    their constraints up to gamma."""
+    out = []
     for family in constraints.families:
         idx = constraints.family_indices(family)
-        gamma = constraints.gamma[idx]
-        entry: dict[str, Any] = {
-            "names": [constraints.names[j] for j in idx],
-            "gamma": [float(g) for g in gamma],
-        }
-        for kind, values in (("hard", hard[idx]), ("soft", soft[idx])):
-            entry[f"values_{kind}"] = [float(v) for v in values]
-            entry[f"max_{kind}"] = _max(values)
-            entry[f"max_violation_{kind}"] = _max(values - gamma)
-        entry["satisfied"] = bool(entry["max_violation_hard"] <= 0.0)
-        entry["standard"] = {name: standard.get(name) for name in STANDARD_METRICS.get(family, ())}
-        out[family] = entry
+        names = [constraints.names[j] for j in idx]
+        cols: dict[str, list[Any]] = {"gamma": gamma[:, idx].tolist()}
+        for kind, values in (("hard", hard[:, idx]), ("soft", soft[:, idx])):
+            cols[f"values_{kind}"] = values.tolist()
+            cols[f"max_{kind}"] = _max_rows(values)
+            cols[f"max_violation_{kind}"] = _max_rows(values - gamma[:, idx])
+        entries = []
+        for r in range(hard.shape[0]):
+            entry: dict[str, Any] = {"names": list(names), "gamma": cols["gamma"][r]}
+            for kind in ("hard", "soft"):
+                for key in ("values", "max", "max_violation"):
+                    entry[f"{key}_{kind}"] = cols[f"{key}_{kind}"][r]
+            entry["satisfied"] = bool(entry["max_violation_hard"] <= 0.0)
+            entries.append(entry)
+        out.append((family, entries))
     return out
 
 

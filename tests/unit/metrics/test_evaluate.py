@@ -118,3 +118,36 @@ def test_binary_rates_are_the_means_over_each_groups_rows():
     assert m["eo_gap"] == max(max(tpr) - min(tpr), max(fpr) - min(fpr))
     positive = [np.mean(pred[group == g]) for g in (0, 1, 2)]
     assert m["dp_gap"] == max(positive) - min(positive)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_runs_evaluated_together_equal_each_run_alone(n_classes):
+    """Batched evaluation (a sweep group) builds every run's metrics from (R, ...) arrays at
+    once: each run's dict must be the one it gets alone, with its own gamma and temperature
+    (a run read with another run's gamma or row would differ here)."""
+    from raco_cli.metrics.evaluate import evaluate_many
+
+    rng = np.random.default_rng(n_classes)
+    n, R, G = 1200, 5, 3
+    y = rng.integers(0, n_classes, n)
+    group = rng.integers(0, G, n)
+    z = rng.normal(0.0, 2.0, (R, n, n_classes)) + np.arange(R)[:, None, None] * 0.2 * (np.arange(n_classes) == 1)
+    kinds = ("eo", "dp") if n_classes == 2 else ("dp",)
+    for kind in kinds:
+        cs = [build(kind, n_classes=n_classes, n_groups=G, gamma=0.01 + 0.03 * r) for r in range(R)]
+        temps = [0.5 + r for r in range(R)]
+        together = evaluate_many(z, y, group, constraints=cs, temperatures=temps, group_names=("a", "b", "c"))
+        for r in range(R):
+            alone = evaluate(z[r], y, group, constraints=cs[r], temperature=temps[r], group_names=("a", "b", "c"))
+            assert _same(together[r], alone), (kind, r)
+
+
+def _same(a, b) -> bool:
+    """Nested dicts/lists equal, floats to 1e-12 (NaN equals NaN)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_same(x, v) for x, v in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return (np.isnan(a) and np.isnan(b)) or abs(a - b) <= 1e-12 * max(1.0, abs(b))
+    return a == b
