@@ -126,6 +126,19 @@ def test_invalid_metric_refused(store):
     assert c.get_run(run_id).data.metrics == {}
 
 
+@pytest.mark.parametrize("bad", [(True, 1001, 1), ("0.5", 1001, 1), (None, 1001, 1), (0.5, -1, 1), (0.5, 1001, "1")])
+def test_a_bad_row_after_a_good_row_of_its_key_is_refused(store, bad):
+    """The key's name is checked once per batch; each row's value, timestamp and step still are
+    (a bool, string or missing value, a negative timestamp, a string step)."""
+    from mlflow.exceptions import MlflowException
+
+    c, exp = store
+    run_id = c.create_run(exp).info.run_id
+    with pytest.raises(MlflowException):
+        log_metrics_bulk(c, {run_id: [_m("test/accuracy", 0.5, 1000, 0), _m("test/accuracy", *bad)]})
+    assert c.get_run(run_id).data.metrics == {}
+
+
 def test_other_stores_use_log_batch():
     calls = []
 
