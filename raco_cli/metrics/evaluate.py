@@ -9,6 +9,7 @@ class being label 1 for binary tasks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,9 +48,9 @@ def logistic_terms(margin: np.ndarray, y: np.ndarray, temperatures: np.ndarray |
     With ``d = z_1 - z_0`` (R, n) and ``s = -(2y - 1) d``: the loss ``-log p_y = log(1 +
     exp(s))``, computed as ``max(s, 0) + log(1 + exp(-|s|))`` (no overflow) and clipped at
     ``-log 1e-300`` as for every task; and ``p_1 = sigmoid(tau_r d)`` with each run's
-    temperature (``temperatures`` (R,); None: no probabilities).  Float64, in torch: its exp, log and sigmoid are
-    vectorised (numpy's log1p is scalar code), and these were the largest elementwise costs of
-    an evaluation.  ``log(1 + u)`` rather than ``log1p(u)`` (2.3x faster): for ``u < 2^-53`` it
+    temperature (``temperatures`` (R,); None: no probabilities).  Float64, in torch: its exp,
+    log and sigmoid are vectorised (numpy's log1p is scalar code), and these were the largest
+    elementwise costs of an evaluation.  ``log(1 + u)`` rather than ``log1p(u)`` (2.3x faster): for ``u < 2^-53`` it
     rounds to 0 instead of ~u, an absolute error below 1.2e-16 per row.  NaN margins stay NaN,
     +-inf give the clipped or zero loss and probabilities 1 / 0.
 
@@ -175,7 +176,7 @@ def evaluate(
         (max_j Gamma_j - gamma_j), ``satisfied`` (violation_hard <= 0), the fairness
         metrics of :func:`fairness_metrics`, ``group_accuracy`` and ``group_positive_rate``
         (maps group name -> value), ``n``, ``constraints``: per family (see
-        :func:`family_metrics`), and with ``robust`` (the DRO runs) the robustness metrics of
+        :func:`_family_metrics_many`), and with ``robust`` (the DRO runs) the robustness metrics of
         :func:`raco_cli.metrics.robust.robust_metrics` (worst-group / per-class accuracy, F1,
         ROC AUC; classes named by ``class_names``).  Other runs skip them: ROC AUC's rank
         statistic costs ~13 ms per run on Adult's training split, and every metric is mirrored to
@@ -350,7 +351,7 @@ def _max_rows(values: np.ndarray) -> list[float]:
 
 def _nan_to_none_rows(values: np.ndarray) -> list[list[float | None]]:
     """Rows of Python floats, non-finite entries as None (null in summary.json)."""
-    return [[v if np.isfinite(v) else None for v in row] for row in values.tolist()]
+    return [[v if math.isfinite(v) else None for v in row] for row in values.tolist()]
 
 
 def _max(values: np.ndarray) -> float:
