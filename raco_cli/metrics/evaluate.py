@@ -342,7 +342,7 @@ def _gamma_post_many(constraints: ConstraintSet, H: np.ndarray) -> np.ndarray:
 
 def _max_rows(values: np.ndarray) -> list[float]:
     """Per row: max over the finite entries (0 when there are none: no constraint, or empty
-    subsets); :func:`_max` of each row, as Python floats."""
+    subsets), as Python floats."""
     if values.shape[1] == 0:
         return [0.0] * values.shape[0]
     finite = np.isfinite(values)
@@ -356,8 +356,7 @@ def _nan_to_none_rows(values: np.ndarray) -> list[list[float | None]]:
 
 def _max(values: np.ndarray) -> float:
     """max over the finite entries (0 when there are none: no constraint, or empty subsets)."""
-    finite = values[np.isfinite(values)]
-    return float(finite.max()) if len(finite) else 0.0
+    return _max_rows(np.asarray(values, dtype=np.float64).reshape(1, -1))[0]
 
 
 def _family_metrics_many(
