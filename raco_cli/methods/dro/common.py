@@ -478,6 +478,9 @@ class DroRun:
 
     def finish(self, dual: list[float]) -> TrainResult:
         history, selected, state = self.checkpoints.finish()
+        if self.spec.selection == "average":  # the tail mean (loaded by finish) is a new model: its F and |grad F| too
+            for key, values in self._robust_metrics().items():
+                history[selected].metrics[key] = {**history[selected].metrics.get(key, {}), **values}
         if self.tau_state is not None and self.tau_index is not None:
             selected, state = self.tau_index, self.tau_state
             self.model.load_state_dict(state)

@@ -231,6 +231,24 @@ def test_random_iterate_is_drawn_before_training_and_returned(small):
     assert again.stats["random_iterate_step"] == tau  # from the selection seed, not the data or the run
 
 
+@pytest.mark.parametrize("name", ["dp_sgda", "dp_double_spider"])
+def test_tail_average_reports_its_own_robust_objective(small, name):
+    """selection=average outputs a model no evaluation saw: its F(x) is evaluated on it."""
+    from raco_cli.objectives.dro import worst_case
+
+    res = _fit(name, small, steps=20, selection="average", eval_every=5, batch_size=64,
+               **({"options": {"phase": 5}} if "spider" in name else {}))
+    got = res.selected_record.metrics["train"]
+    model = models.build("logreg", input_shape=small.input_shape, n_classes=small.n_classes)
+    model.load_state_dict(res.state_dict)
+    X, y = _train_tensors(small)
+    with torch.no_grad():
+        ell = torch.nn.functional.cross_entropy(model.double()(X), y, reduction="none")
+    assert got["dro_objective"] == pytest.approx(worst_case(ell, KL).value, rel=1e-5)
+    assert got["dro_objective"] != res.history[-2].metrics["train"]["dro_objective"]  # not the last iterate's
+    assert got["grad_norm"] > 0
+
+
 def test_objective_requirements_are_one_line_errors(small):
     with pytest.raises(UnsupportedError, match=r"^method=dp_sgda optimises the DRO objective; add objective=dro"):
         methods.get("dp_sgda").validate(MethodSpec(name="dp_sgda"), None)
