@@ -18,8 +18,9 @@ evaluation of the robust objective, and the random-iterate output.
   statistic).
 * ``method.selection=random``: the output is the iterate of a step tau drawn uniformly from
   1..T *before* training, from the selection seed (Algorithm 2 line 17, Algorithm 3 line
-  20): data-independent, so it costs no privacy.  ``last`` and ``best_feasible`` work as for
-  every method (``best_feasible`` is best-on-validation under scope=paper).
+  20): data-independent, so it costs no privacy.  ``last`` (the default), ``best_feasible``
+  (best-on-validation under scope=paper) and ``average`` work as for every method; the tail
+  mean's robust objective is evaluated on it.
 """
 
 from __future__ import annotations

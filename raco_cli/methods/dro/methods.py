@@ -5,7 +5,7 @@ A DRO method runs one :class:`Algorithm` (a loop of :mod:`.spider` or :mod:`.sgd
 :class:`~raco_cli.methods.dro.common.DroRun` under ``objective=dro``.  The private ones clip every
 release per record and add Gaussian noise (the printed algorithms clip batch means); the
 non-private ``spider`` runs either SPIDER loop (``options.variant``) without clipping or noise.
-Random-iterate output by default (``method.selection=random``).  The loops' modules spell out
+Last-iterate output by default; ``method.selection=random`` gives the printed random iterate.  The loops' modules spell out
 each update and DpEvent tree; in short, with q = ``batch_size / n``, q1 = ``refresh_batch_factor``
 x q, a refresh every p = ``options.phase`` steps, PS = PoissonSampled and G = Gaussian:
 

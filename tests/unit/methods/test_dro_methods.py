@@ -231,7 +231,7 @@ def test_random_iterate_is_drawn_before_training_and_returned(small):
     assert again.stats["random_iterate_step"] == tau  # from the selection seed, not the data or the run
 
 
-@pytest.mark.parametrize("name", ["dp_sgda", "dp_double_spider"])
+@pytest.mark.parametrize("name", ["dp_sgda", "dp_double_spider", "dp_recursive_spider", "dp_private_diff"])
 def test_tail_average_reports_its_own_robust_objective(small, name):
     """selection=average outputs a model no evaluation saw: its F(x) is evaluated on it."""
     from raco_cli.objectives.dro import worst_case
