@@ -262,3 +262,22 @@ def test_a_buffered_recorder_writes_params_and_tags_when_flushed(tmp_path):
         assert "satisfied" not in one.client.get_run(r.run_id).data.tags
     flush_recorders(recs)
     assert all(one.client.get_run(r.run_id).data.tags["satisfied"] == "true" for r in recs)
+
+
+def test_a_groups_recorders_look_their_experiment_up_once(tmp_path, monkeypatch):
+    """Recorders sharing a client (a group) find the experiment once; each run is in it, and
+    a recorder of its own client looks it up itself."""
+    from raco_cli.tracking import mlflow_store
+    from raco_cli.tracking.mlflow_store import RunRecorder
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    lookups = []
+    real = mlflow_store.experiment_id
+    monkeypatch.setattr(mlflow_store, "experiment_id", lambda *a: lookups.append(a[1]) or real(*a))
+    first = RunRecorder(uri=uri, experiment="e", run_name="one", params={}, tags={})
+    group = [RunRecorder(uri=uri, experiment=name, run_name=f"g{i}", params={}, tags={}, client=first.client, buffered=True)
+             for i, name in enumerate(["e", "f", "e", "f", "e"])]
+    assert lookups == ["e", "e", "f"]
+    for r, name in zip(group, ["e", "f", "e", "f", "e"]):
+        assert r.experiment_id == first.client.get_experiment_by_name(name).experiment_id
+        assert first.client.get_run(r.run_id).info.experiment_id == r.experiment_id
