@@ -164,7 +164,7 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                     on_result: OnResult) -> list[dict[str, Any] | None]:
     """One chunk of compatible runs through the method's ``fit_many``."""
     from raco_cli.methods.batched import Member
-    from raco_cli.tracking.mlflow_store import flush_recorders
+    from raco_cli.tracking.mlflow_store import finish_recorders, flush_recorders
 
     t0 = time.time()
     first = runs[0][1]
@@ -204,15 +204,15 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
             except RacoError as exc:
                 print(f"error: job {member['num']}: {exc}", file=sys.stderr)
                 tag_error(rec, exc)
-        flush_recorders(recorders)  # every run's metrics and final tags in a few store transactions, then each run ends
-        for r, ((member, _), summary) in enumerate(zip(runs, out)):
-            if summary is None:
-                continue
-            if recorders[r] is not None:
-                recorders[r].finish("FINISHED")
-                recorders[r] = None
-            if on_result is not None:
-                on_result(summary, Path(member["run_dir"]))
+        # every run's metrics and final tags in a few store transactions, then the runs end in one
+        done = [r for r in range(R) if out[r] is not None]
+        flush_recorders(recorders)
+        finish_recorders([recorders[r] for r in done], "FINISHED")
+        for r in done:
+            recorders[r] = None
+            summary = out[r]
+            if on_result is not None and summary is not None:
+                on_result(summary, Path(runs[r][0]["run_dir"]))
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -223,7 +223,5 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
         for rec in recorders:
             tag_error(rec, exc)
     finally:
-        for rec in recorders:
-            if rec is not None:
-                rec.finish("KILLED" if status == "KILLED" else "FAILED")
+        finish_recorders(recorders, "KILLED" if status == "KILLED" else "FAILED")
     return out

@@ -21,7 +21,7 @@ from typing import Any
 
 from raco_cli.errors import TrackingError
 from raco_cli.methods.base import EvalRecord
-from raco_cli.tracking.bulk_metrics import log_metrics_bulk, log_params_tags_bulk
+from raco_cli.tracking.bulk_metrics import log_metrics_bulk, log_params_tags_bulk, terminate_bulk
 from raco_cli.tracking.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -418,10 +418,7 @@ class RunRecorder:
 
     def finish(self, status: str) -> None:
         """Log what is buffered and mark the run FINISHED, FAILED or KILLED."""
-        try:
-            self.flush()
-        finally:
-            retrying(self.client.set_terminated, self.run_id, status=status)
+        finish_recorders([self], status)
 
 
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
@@ -438,6 +435,21 @@ def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
         log_metrics_bulk(recs[0].client, {rec.run_id: rec._pending for rec in recs})
         for rec in recs:
             rec._pending = []
+
+
+def finish_recorders(recorders: Sequence[RunRecorder | None], status: str) -> None:
+    """Log what the recorders buffer, then mark their runs ``status`` (FINISHED, FAILED or
+    KILLED), in one store transaction per shared client (the runs are ended even when the
+    flush fails)."""
+    recs = [rec for rec in recorders if rec is not None]
+    try:
+        flush_recorders(recs)
+    finally:
+        by_client: dict[int, list[RunRecorder]] = {}
+        for rec in recs:
+            by_client.setdefault(id(rec.client), []).append(rec)
+        for group in by_client.values():
+            terminate_bulk(group[0].client, [rec.run_id for rec in group], status)
 
 
 def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any]:

@@ -264,6 +264,64 @@ def test_a_buffered_recorder_writes_params_and_tags_when_flushed(tmp_path):
     assert all(one.client.get_run(r.run_id).data.tags["satisfied"] == "true" for r in recs)
 
 
+
+# runs ended in one transaction
+
+@pytest.mark.parametrize("status", ["FINISHED", "FAILED", "KILLED"])
+def test_runs_end_as_set_terminated_ends_them(store, status):
+    """The same status, an end time of now, nothing else changed; other runs untouched."""
+    import time
+
+    from raco_cli.tracking.bulk_metrics import terminate_bulk
+
+    c, exp = store
+    ref, *bulk = [c.create_run(exp).info.run_id for _ in range(4)]
+    other = c.create_run(exp).info.run_id
+    before = int(time.time() * 1000)
+    c.set_terminated(ref, status=status)
+    terminate_bulk(c, bulk, status)
+    after = int(time.time() * 1000)
+
+    def info(run_id):
+        i = c.get_run(run_id).info
+        return {k: v for k, v in vars(i).items() if k not in ("_run_id", "_run_uuid", "_run_name", "_artifact_uri", "_start_time", "_end_time")}
+
+    for run_id in bulk:
+        assert info(run_id) == info(ref)
+        assert before <= c.get_run(run_id).info.end_time <= after
+    assert c.get_run(other).info.status == "RUNNING" and c.get_run(other).info.end_time is None
+
+
+def test_ending_a_deleted_run_or_a_bad_status_is_mlflows_error(store):
+    """A deleted run sends the batch through set_terminated run by run (as MLflow would end
+    them: the live run ends, the deleted one raises); a bad status name is refused first."""
+    from mlflow.exceptions import MlflowException
+
+    from raco_cli.tracking.bulk_metrics import terminate_bulk
+
+    c, exp = store
+    alive, gone, other = (c.create_run(exp).info.run_id for _ in range(3))
+    with pytest.raises(Exception, match="Could not get run status corresponding to string DONE"):
+        terminate_bulk(c, [other], "DONE")
+    assert c.get_run(other).info.status == "RUNNING"
+    c.delete_run(gone)
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        terminate_bulk(c, [alive, gone], "FINISHED")
+    assert c.get_run(alive).info.status == "FINISHED"
+
+
+def test_ending_runs_on_other_stores_uses_set_terminated():
+    from raco_cli.tracking.bulk_metrics import terminate_bulk
+
+    calls = []
+
+    class Client:  # not backed by MLflow's SQL store
+        def set_terminated(self, run_id, status):
+            calls.append((run_id, status))
+
+    terminate_bulk(Client(), ["a", "b"], "KILLED")
+    assert calls == [("a", "KILLED"), ("b", "KILLED")]
+
 def test_a_groups_recorders_look_their_experiment_up_once(tmp_path, monkeypatch):
     """Recorders sharing a client (a group) find the experiment once; each run is in it, and
     a recorder of its own client looks it up itself."""
