@@ -5,9 +5,10 @@ A DRO method runs one :class:`Algorithm` (a loop of :mod:`.spider` or :mod:`.sgd
 :class:`~raco_cli.methods.dro.common.DroRun` under ``objective=dro``.  The private ones clip every
 release per record and add Gaussian noise (the printed algorithms clip batch means); the
 non-private ``spider`` runs either SPIDER loop (``options.variant``) without clipping or noise.
-Last-iterate output by default; ``method.selection=random`` gives the printed random iterate.  The loops' modules spell out
-each update and DpEvent tree; in short, with q = ``batch_size / n``, q1 = ``refresh_batch_factor``
-x q, a refresh every p = ``options.phase`` steps, PS = PoissonSampled and G = Gaussian:
+The last iterate is the output by default; ``method.selection=random`` gives the printed random
+iterate.  The loops' modules spell out each update and DpEvent tree; in short, with
+q = ``batch_size / n``, q1 = ``refresh_batch_factor`` x q, a refresh every p = ``options.phase``
+steps, PS = PoissonSampled and G = Gaussian:
 
 * ``dp_double_spider``: DP Double-SPIDER (DP-DRO paper, Algorithm 2) on the psi-divergence DRO
   objective (eq. 3, any divergence): SPIDER estimators for the dual block (eta; and lambda for
