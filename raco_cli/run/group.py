@@ -27,7 +27,7 @@ from raco_cli.errors import RacoError
 from raco_cli.run.finish import finish_run
 from raco_cli.run.prepare import prepare_run
 from raco_cli.run.progress import FanOut, Progress, untimed_logs
-from raco_cli.run.records import open_recorder, record_failure_quietly, tag_error
+from raco_cli.run.records import open_recorders, record_failure_quietly, tag_error
 from raco_cli.run.train import (
     check_writable,
     draw_curves,
@@ -176,16 +176,18 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
     shared_client = None
     status = "FAILED"
     try:
+        clients = []
         for member, prep in runs:
-            run_dir = Path(member["run_dir"])
-            check_writable(run_dir)
+            check_writable(Path(member["run_dir"]))
             if prep.spec.tracking.enabled and shared_client is None:
                 from raco_cli.tracking.mlflow_store import client
 
                 shared_client = client(str(prep.spec.tracking.uri))
             same_store = shared_client is not None and str(prep.spec.tracking.uri) == str(first.spec.tracking.uri)
-            recorders.append(open_recorder(prep, run_dir, sweep_dir, client=shared_client if same_store else None, buffered=True))
-        flush_recorders(recorders)  # every run's params in one store transaction, before training
+            clients.append(shared_client if same_store else None)
+        # every run created, then its params written, in one store transaction each, before training
+        recorders = open_recorders([(prep, Path(member["run_dir"])) for member, prep in runs], sweep_dir, clients=clients)
+        flush_recorders(recorders)
         members = [
             Member(model=prep.model, constraints=prep.constraints, spec=prep.plan.spec, seeds=prep.seeds,
                    reporter=FanOut(rec), scaling=prep.scaling)

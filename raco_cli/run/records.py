@@ -7,7 +7,7 @@ imports mlflow); this module decides *what* a run records.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,31 @@ def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: A
     :class:`raco_cli.tracking.mlflow_store.RunRecorder` (a sweep group shares one client and
     logs its evaluations in bulk).  Under full records metrics carry their clock time; a
     private scope=model run's carry none (no per-window timing)."""
+    recorder = _recorder(prep, run_dir, sweep_dir, client=client, buffered=buffered, create=True)
+    if recorder is not None:
+        _opened(recorder, run_dir)
+    return recorder
+
+
+def open_recorders(runs: Sequence[tuple[Any, Path]], sweep_dir: Path | None, *, clients: Sequence[Any]) -> list[Any]:
+    """:func:`open_recorder` of a group's ``(prep, run_dir)``, buffered, with ``clients[i]`` for
+    run i; the MLflow runs are created in one store transaction per shared client."""
+    from raco_cli.tracking.mlflow_store import create_runs
+
+    recorders = [_recorder(prep, run_dir, sweep_dir, client=c, buffered=True, create=False) for (prep, run_dir), c in zip(runs, clients)]
+    create_runs(recorders)
+    for recorder, (_, run_dir) in zip(recorders, runs):
+        if recorder is not None:
+            _opened(recorder, run_dir)
+    return recorders
+
+
+def _opened(recorder: Any, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
+
+
+def _recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any, buffered: bool, create: bool) -> Any:
     spec, seeds = prep.spec, prep.seeds
     if not spec.tracking.enabled:
         return None
@@ -64,13 +89,10 @@ def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: A
         "raco.seed.sampling": "os.urandom" if spec.secure_rng else str(seeds.sampling),
         "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
     }
-    recorder = RunRecorder(
+    return RunRecorder(
         uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=prep.resolved, tags=tags,
-        parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records,
+        parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records, create=create,
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
-    return recorder
 
 
 def has_run(run_dir: Path) -> bool:

@@ -11,8 +11,9 @@ NaN/inf sanitising and "latest = greatest (step, timestamp, value)" rule applied
 
 The group's params (when its runs open) and final tags (when they close) go the same way
 (:func:`log_params_tags_bulk`): one transaction for all runs instead of one or more per run,
-and so do the runs' ends (:func:`terminate_bulk`: MLflow's ``set_terminated`` reloads every
-param, tag and latest metric of the run to return its info, ~70 % of its time).
+and so do the runs' beginnings and ends (:func:`create_runs_bulk`, :func:`terminate_bulk`:
+MLflow's ``create_run`` and ``set_terminated`` also reload the run, its params, tags and
+latest metrics, to return it; ``set_terminated`` spends ~70 % of its time there).
 
 Only MLflow's SQL store takes this path; any other store, and any batch MLflow's own path
 would treat specially (a row already stored, a run that is deleted), goes through
@@ -199,6 +200,53 @@ def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]
             conn.execute(sa.insert(tags_t), [row for rows in tag_rows.values() for row in rows.values()])
 
 
+def create_runs_bulk(client: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+    """``client.create_run(experiment_id, run_name=name, tags=tags).info.run_id`` for every
+    ``(name, tags)``: the rows ``SqlAlchemyStore.create_run`` writes (a RUNNING run named
+    ``name``, its ``mlflow.runName`` tag, user from ``mlflow.user``, start time now, artifacts
+    under the experiment's location), all in one transaction.  Any other store, or a name that
+    differs from its ``mlflow.runName`` tag (MLflow's error), goes through ``create_run``."""
+    store = _sql_store(client)
+    try:
+        if store is None or any(tags.get(_RUN_NAME_TAG, name) != name for name, tags in runs):
+            raise _Fallback
+        return list(retrying(_create_runs, store, experiment_id, runs))
+    except _Fallback:
+        return [retrying(client.create_run, experiment_id, run_name=name, tags=dict(tags)).info.run_id for name, tags in runs]
+
+
+def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+    import uuid
+
+    import sqlalchemy as sa
+    from mlflow.entities import LifecycleStage, RunStatus, SourceType
+    from mlflow.store.tracking.dbmodels.models import SqlRun, SqlTag
+    from mlflow.utils.mlflow_tags import MLFLOW_USER
+    from mlflow.utils.time import get_current_time_millis
+    from mlflow.utils.uri import append_to_uri_path
+
+    experiment = store.get_experiment(experiment_id)
+    store._check_experiment_is_active(experiment)  # MLflow's error for a deleted experiment
+    start = get_current_time_millis()
+    run_rows, tag_rows = [], []
+    for name, tags in runs:
+        run_id = uuid.uuid4().hex
+        run_rows.append({
+            "run_uuid": run_id, "name": name, "source_type": SourceType.to_string(SourceType.UNKNOWN), "source_name": "",
+            "entry_point_name": "", "user_id": tags.get(MLFLOW_USER, "unknown"), "status": RunStatus.to_string(RunStatus.RUNNING),
+            "start_time": start, "end_time": None, "deleted_time": None, "source_version": "",
+            "lifecycle_stage": LifecycleStage.ACTIVE,
+            "artifact_uri": append_to_uri_path(experiment.artifact_location, run_id, store.ARTIFACTS_FOLDER_NAME),
+            "experiment_id": int(experiment_id),
+        })
+        tag_rows += [{"run_uuid": run_id, "key": k, "value": v} for k, v in {**tags, _RUN_NAME_TAG: name}.items()]
+    with _transaction(store) as conn:
+        conn.execute(sa.insert(SqlRun.__table__), run_rows)
+        if tag_rows:
+            conn.execute(sa.insert(SqlTag.__table__), tag_rows)
+    return [row["run_uuid"] for row in run_rows]
+
+
 def terminate_bulk(client: Any, run_ids: Sequence[str], status: str) -> None:
     """``client.set_terminated(run_id, status=status)`` for every run: the same status and end
     time (now, in ms) in one transaction on MLflow's SQL store; any other store, or a run
@@ -227,19 +275,28 @@ def _terminate(store: Any, run_ids: list[str], status: str, end_time: int) -> No
 
 
 @contextmanager
-def _active_runs_transaction(store: Any, run_ids: Sequence[str]) -> Iterator[Any]:
+def _transaction(store: Any) -> Iterator[Any]:
     """A connection in one transaction (committed at the end, rolled back on any exception)
-    with MLflow's SQLite session settings, after checking every run is active (a missing or
-    deleted run: MLflow's per-run path, which raises its own error)."""
+    with MLflow's SQLite session settings."""
+    import sqlalchemy as sa
+
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":  # what MLflow's sessions set on SQLite
+            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
+            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
+        yield conn
+
+
+@contextmanager
+def _active_runs_transaction(store: Any, run_ids: Sequence[str]) -> Iterator[Any]:
+    """:func:`_transaction`, after checking every run is active (a missing or deleted run:
+    MLflow's per-run path, which raises its own error)."""
     import sqlalchemy as sa
     from mlflow.entities import LifecycleStage
     from mlflow.store.tracking.dbmodels.models import SqlRun
 
     runs = SqlRun.__table__
-    with store.engine.begin() as conn:
-        if store.engine.dialect.name == "sqlite":  # what MLflow's sessions set on SQLite
-            conn.execute(sa.text("PRAGMA foreign_keys = ON"))
-            conn.execute(sa.text("PRAGMA busy_timeout = 20000"))
+    with _transaction(store) as conn:
         stages = dict(conn.execute(sa.select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(list(run_ids)))).all())
         if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
             raise _Fallback

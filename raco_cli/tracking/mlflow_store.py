@@ -21,7 +21,12 @@ from typing import Any
 
 from raco_cli.errors import TrackingError
 from raco_cli.methods.base import EvalRecord
-from raco_cli.tracking.bulk_metrics import log_metrics_bulk, log_params_tags_bulk, terminate_bulk
+from raco_cli.tracking.bulk_metrics import (
+    create_runs_bulk,
+    log_metrics_bulk,
+    log_params_tags_bulk,
+    terminate_bulk,
+)
 from raco_cli.tracking.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -300,6 +305,8 @@ class RunRecorder:
     ``timed``: metrics carry the clock time they were logged at; ``False`` (a private run
     under ``privacy.scope=model``): every metric carries the run's creation time, so the
     store does not time each evaluation window (step times follow the private batch sizes).
+    ``create=False`` (buffered only): the MLflow run is made later, with the rest of its group,
+    by :func:`create_runs`; ``run_id`` is empty until then.
     """
 
     def __init__(
@@ -314,9 +321,12 @@ class RunRecorder:
         client: Any = None,
         buffered: bool = False,
         timed: bool = True,
+        create: bool = True,
     ) -> None:
         from mlflow.entities import Param, RunTag
 
+        if not (create or buffered):
+            raise ValueError("a recorder whose run is created later must be buffered")
         shared = client is not None
         self.client = client if shared else _client(uri)
         known = _EXPERIMENT_IDS.get((uri, experiment)) if shared else None
@@ -338,8 +348,8 @@ class RunRecorder:
                 tags=sweep_process_identity(),
             )
             tags["mlflow.parentRunId"] = parent
-        run = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
-        self.run_id = run.info.run_id
+        self._new_run = (run_name, tags)
+        self.run_id = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags).info.run_id if create else ""
         self.uri = uri
         self._RunTag = RunTag
         # buffered (a group's runs): params and later tags wait for flush_recorders, which
@@ -419,6 +429,18 @@ class RunRecorder:
     def finish(self, status: str) -> None:
         """Log what is buffered and mark the run FINISHED, FAILED or KILLED."""
         finish_recorders([self], status)
+
+
+def create_runs(recorders: Sequence[RunRecorder | None]) -> None:
+    """Create the MLflow runs of the recorders opened with ``create=False``, in one store
+    transaction per shared client and experiment (:func:`raco_cli.tracking.bulk_metrics.create_runs_bulk`)."""
+    todo: dict[tuple[int, str], list[RunRecorder]] = {}
+    for rec in recorders:
+        if rec is not None and not rec.run_id:
+            todo.setdefault((id(rec.client), rec.experiment_id), []).append(rec)
+    for recs in todo.values():
+        for rec, run_id in zip(recs, create_runs_bulk(recs[0].client, recs[0].experiment_id, [rec._new_run for rec in recs])):
+            rec.run_id = run_id
 
 
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:

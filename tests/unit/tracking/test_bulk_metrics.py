@@ -265,6 +265,67 @@ def test_a_buffered_recorder_writes_params_and_tags_when_flushed(tmp_path):
 
 
 
+
+# runs created in one transaction
+
+def test_runs_created_as_create_run_creates_them(store):
+    """The same info, tags and (empty) data as MLflow's create_run, each run its own id and
+    artifact directory, a start time of now; params and metrics can be logged to them."""
+    import time
+
+    from raco_cli.tracking.bulk_metrics import create_runs_bulk
+
+    c, exp = store
+    tags = {"method": "raco_dp", "mlflow.user": "alice", "raco.seed.noise": "7"}
+    ref = c.create_run(exp, run_name="r", tags=tags).info.run_id
+    before = int(time.time() * 1000)
+    ids = create_runs_bulk(c, exp, [("r", tags), ("r", {**tags, "mlflow.runName": "r"}), ("r", tags)])
+    after = int(time.time() * 1000)
+    assert len(set(ids)) == 3 and ref not in ids
+
+    def view(run_id):
+        run = c.get_run(run_id)
+        info = {k: v for k, v in vars(run.info).items() if k not in ("_run_id", "_run_uuid", "_artifact_uri", "_start_time")}
+        return info, run.data.tags, run.data.params, run.data.metrics, run.info.artifact_uri.replace(run_id, "<id>")
+
+    for run_id in ids:
+        assert view(run_id) == view(ref)
+        assert before <= c.get_run(run_id).info.start_time <= after
+    assert c.get_run(ids[0]).info.user_id == "alice"
+    c.log_batch(ids[0], metrics=BATCH[:2])
+    log_metrics_bulk(c, {ids[1]: BATCH[:2]})
+    assert [r.info.run_id for r in c.search_runs([exp], filter_string="tags.method = 'raco_dp'")].count(ids[2]) == 1
+
+
+def test_creating_runs_in_a_deleted_experiment_or_under_two_names_is_mlflows_error(store):
+    from mlflow.exceptions import MlflowException
+
+    from raco_cli.tracking.bulk_metrics import create_runs_bulk
+
+    c, exp = store
+    with pytest.raises(MlflowException, match="Both 'run_name' argument and 'mlflow.runName' tag are specified"):
+        create_runs_bulk(c, exp, [("a", {"mlflow.runName": "b"})])
+    c.delete_experiment(exp)
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        create_runs_bulk(c, exp, [("a", {})])
+    assert c.search_runs([exp], run_view_type=3) == []  # (ALL): nothing was written
+
+
+def test_creating_runs_on_other_stores_uses_create_run():
+    from types import SimpleNamespace
+
+    from raco_cli.tracking.bulk_metrics import create_runs_bulk
+
+    calls = []
+
+    class Client:  # not backed by MLflow's SQL store
+        def create_run(self, experiment_id, run_name, tags):
+            calls.append((experiment_id, run_name, tags))
+            return SimpleNamespace(info=SimpleNamespace(run_id=f"id{len(calls)}"))
+
+    assert create_runs_bulk(Client(), "1", [("a", {"t": "1"}), ("b", {})]) == ["id1", "id2"]
+    assert calls == [("1", "a", {"t": "1"}), ("1", "b", {})]
+
 # runs ended in one transaction
 
 @pytest.mark.parametrize("status", ["FINISHED", "FAILED", "KILLED"])
@@ -339,3 +400,30 @@ def test_a_groups_recorders_look_their_experiment_up_once(tmp_path, monkeypatch)
     for r, name in zip(group, ["e", "f", "e", "f", "e"]):
         assert r.experiment_id == first.client.get_experiment_by_name(name).experiment_id
         assert first.client.get_run(r.run_id).info.experiment_id == r.experiment_id
+
+
+def test_a_groups_runs_created_together_carry_what_one_run_carries(tmp_path):
+    """Recorders opened with create=False get their runs from create_runs: the same tags (parent
+    sweep run included) and, once flushed, params as a recorder that creates its own run."""
+    from raco_cli.tracking.mlflow_store import RunRecorder, create_runs, flush_recorders
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    kw = dict(uri=uri, experiment="e", params={"a": {"b": 1}}, tags={"t": "1"}, parent_sweep_dir=sweep, buffered=True)
+    alone = RunRecorder(run_name="r", **kw)
+    group = [RunRecorder(run_name="r", client=alone.client, create=False, **kw) for _ in range(3)]
+    assert [r.run_id for r in group] == ["", "", ""]
+    create_runs([None, *group])
+    flush_recorders([alone, *group])
+    c = alone.client
+
+    def data(run_id):
+        run = c.get_run(run_id)
+        return run.info.status, run.info.experiment_id, run.data.params, run.data.tags
+
+    assert len({r.run_id for r in group} | {alone.run_id}) == 4
+    assert all(data(r.run_id) == data(alone.run_id) for r in group)
+    assert "mlflow.parentRunId" in data(alone.run_id)[3]
+    with pytest.raises(ValueError, match="must be buffered"):
+        RunRecorder(run_name="r", **{**kw, "buffered": False}, create=False)
