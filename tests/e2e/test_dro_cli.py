@@ -40,7 +40,8 @@ def test_dro_methods_run_end_to_end(tmp_path):
             assert s["eps_spent"] <= 2.0 and abs(s["delta"] - s["train_size"] ** -1.1) / s["delta"] < 1e-6
             assert set(s["metrics"]) == {"test", "release"}  # scope=model: no train split, no MIA
             assert s["stats"]["releases"] and "random_iterate_step" in s["stats"]
-            assert s["selected_step"] == s["stats"]["random_iterate_step"]
+            # the default output is the last iterate (method.selection=random: the printed random one)
+            assert s["selection"] == "last" and s["selected_step"] == 12 and s["stats"]["random_iterate_step"] is None
         else:
             assert "mia" in s["metrics"] and "train" in s["metrics"]
 
