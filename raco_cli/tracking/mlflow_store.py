@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -434,11 +434,7 @@ class RunRecorder:
 def create_runs(recorders: Sequence[RunRecorder | None]) -> None:
     """Create the MLflow runs of the recorders opened with ``create=False``, in one store
     transaction per shared client and experiment (:func:`raco_cli.tracking.bulk_metrics.create_runs_bulk`)."""
-    todo: dict[tuple[int, str], list[RunRecorder]] = {}
-    for rec in recorders:
-        if rec is not None and not rec.run_id:
-            todo.setdefault((id(rec.client), rec.experiment_id), []).append(rec)
-    for recs in todo.values():
+    for recs in _by_store(recorders, lambda rec: not rec.run_id, by_experiment=True):
         for rec, run_id in zip(recs, create_runs_bulk(recs[0].client, recs[0].experiment_id, [rec._new_run for rec in recs])):
             rec.run_id = run_id
 
@@ -446,11 +442,7 @@ def create_runs(recorders: Sequence[RunRecorder | None]) -> None:
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
     """Log the buffered params, tags and metrics of several runs, in bulk per shared client
     (:mod:`raco_cli.tracking.bulk_metrics`); a recorder's buffers are emptied once written."""
-    by_client: dict[int, list[RunRecorder]] = {}
-    for rec in recorders:
-        if rec is not None and (rec._pending or rec._pending_params or rec._pending_tags):
-            by_client.setdefault(id(rec.client), []).append(rec)
-    for recs in by_client.values():
+    for recs in _by_store(recorders, lambda rec: bool(rec._pending or rec._pending_params or rec._pending_tags)):
         log_params_tags_bulk(recs[0].client, {rec.run_id: (rec._pending_params, rec._pending_tags) for rec in recs})
         for rec in recs:
             rec._pending_params, rec._pending_tags = [], []
@@ -463,15 +455,22 @@ def finish_recorders(recorders: Sequence[RunRecorder | None], status: str) -> No
     """Log what the recorders buffer, then mark their runs ``status`` (FINISHED, FAILED or
     KILLED), in one store transaction per shared client (the runs are ended even when the
     flush fails)."""
-    recs = [rec for rec in recorders if rec is not None]
     try:
-        flush_recorders(recs)
+        flush_recorders(recorders)
     finally:
-        by_client: dict[int, list[RunRecorder]] = {}
-        for rec in recs:
-            by_client.setdefault(id(rec.client), []).append(rec)
-        for group in by_client.values():
-            terminate_bulk(group[0].client, [rec.run_id for rec in group], status)
+        for recs in _by_store(recorders, lambda rec: True):
+            terminate_bulk(recs[0].client, [rec.run_id for rec in recs], status)
+
+
+def _by_store(recorders: Sequence[RunRecorder | None], keep: Callable[[RunRecorder], bool], *,
+              by_experiment: bool = False) -> list[list[RunRecorder]]:
+    """The recorders ``keep`` accepts, grouped by shared client (and experiment): one bulk
+    write per group, in the recorders' order."""
+    groups: dict[tuple[int, str], list[RunRecorder]] = {}
+    for rec in recorders:
+        if rec is not None and keep(rec):
+            groups.setdefault((id(rec.client), rec.experiment_id if by_experiment else ""), []).append(rec)
+    return list(groups.values())
 
 
 def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any]:
