@@ -117,8 +117,11 @@ class LinearEngine:
         xnorm: torch.Tensor | None = None,
         logits: torch.Tensor | None = None,
         target: torch.Tensor | None = None,
+        probs: torch.Tensor | None = None,
     ) -> ClippedSum:
-        """Clipped sum; ``onehot``/``xnorm`` (``sqrt(|x|^2 + 1)``) may be precomputed per row;
+        """Clipped sum; ``onehot``/``xnorm`` (``sqrt(|x|^2 + 1)``) may be precomputed per row,
+        and ``probs``, the tempered softmax ``softmax(temperature * z)`` of the rows' logits
+        (raco_dp's step computes it once for its histogram and its gradient batch);
         ``loss="squared"`` reads the real-valued ``target`` (or ``y``) instead of labels."""
         X = X.flatten(1)
         z = self.logits(X) if logits is None else logits
@@ -132,10 +135,10 @@ class LinearEngine:
                 if y is None:
                     raise ValueError("clipped_sum needs y or onehot")
                 onehot = nn.functional.one_hot(y, z.shape[1]).to(z.dtype)
-            p = row_softmax(z)
+            p = probs if probs is not None and temperature == 1.0 else row_softmax(z)
             g = p - onehot
             if c is not None:
-                pt = p if temperature == 1.0 else row_softmax(z, temperature)
+                pt = probs if probs is not None else p if temperature == 1.0 else row_softmax(z, temperature)
                 g = g + (reg_scale * temperature) * pt * (c - (c * pt).sum(dim=1, keepdim=True))
         bias = self.layer.bias is not None
         if xnorm is None:  # (precomputed rows come sanitised: see methods.training.Rows)

@@ -87,13 +87,23 @@ class Rows:
 
     def batches(self, idx: list[torch.Tensor], *, labels: bool) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor | None]:
         """:meth:`batch` of several index sets, and (packed rows only) the features of all of
-        them stacked, gathered in one pass so one forward pass can serve every batch."""
+        them stacked, gathered in one pass so one forward pass can serve every batch.
+
+        Packed rows: the last set (the gradient batch) gets every engine argument; the earlier
+        ones (histogram batches) only their features and cells, all a histogram reads.
+        """
         if not self.pack:
             return [self.batch(b, labels=labels) for b in idx], None
-        P = self._gather(torch.cat(idx)) if len(idx) > 1 else self._gather(idx[0])
+        if len(idx) == 1:
+            P = self._gather(idx[0])
+        elif self._packed_np is not None:  # numpy's concatenate: ~2 us against torch.cat's ~10
+            P = torch.from_numpy(np.take(self._packed_np, np.concatenate([b.numpy() for b in idx]), axis=0))
+        else:
+            P = self._gather(torch.cat(idx))
         out, start = [], 0
-        for b in idx:
-            out.append(self._split(P[start : start + len(b)], b, labels=labels))
+        for i, b in enumerate(idx):
+            rows = P[start : start + len(b)]
+            out.append(self._split(rows, b, labels=labels) if i == len(idx) - 1 else self._features_and_cells(rows))
             start += len(b)
         return out, P[:, : self.d]
 
@@ -113,6 +123,13 @@ class Rows:
             out["cellhot"] = P[:, d + K + 1 : d + K + 1 + Q]
         if labels:
             out["y"] = self.y.index_select(0, b)
+        return out
+
+    def _features_and_cells(self, P: torch.Tensor) -> dict[str, torch.Tensor]:
+        d, K, Q = self.d, self.K, self.Q
+        out = {"X": P[:, :d]}
+        if Q:
+            out["cellhot"] = P[:, d + K + 1 : d + K + 1 + Q]
         return out
 
     def cell_rows(self, batch: dict[str, torch.Tensor], b: torch.Tensor) -> torch.Tensor:

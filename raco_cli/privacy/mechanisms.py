@@ -138,6 +138,9 @@ def laplace_noise(shape: tuple[int, ...], scale: float, generator: NoiseSource, 
         e = -torch.log(generator.uniform((2, *shape)))
         return (scale * (e[0] - e[1])).to(dtype)
     e = torch.empty((2, *shape), dtype=dtype, device=generator.device).exponential_(generator=generator)
+    if e.device.type == "cpu":  # the same IEEE arithmetic in numpy: ~5 us against torch's ~17 on a (Q, K) histogram
+        en = e.numpy()
+        return torch.from_numpy(scale * (en[0] - en[1]))
     return scale * (e[0] - e[1])
 
 

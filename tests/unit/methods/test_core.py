@@ -56,7 +56,7 @@ def test_laplace_noise_on_every_histogram_cell(monkeypatch, synthetic):
         seen.append(H.clone())
         return original(self, H, lam, floor=floor)
 
-    monkeypatch.setattr(core, "_histogram", lambda logits, cells, Q, K, spec, device: torch.zeros(Q, K, dtype=torch.float64))
+    monkeypatch.setattr(core, "_histogram", lambda logits, cells, Q, K, spec, device, soft=None: torch.zeros(Q, K, dtype=torch.float64))
     monkeypatch.setattr(ConstraintTensors, "step", spy)
     b = 3.0
     spec = MethodSpec(name="raco_dp", batch_size=100, noise_multiplier=1.0, hist_noise_multiplier=b, clip_norm=1.0, eval_every=10**6)
