@@ -51,6 +51,29 @@ def test_linear_closed_form_equals_naive(clip, with_reg):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("tau", [1.0, 2.0])
+def test_linear_engine_given_the_tempered_softmax_equals_the_naive_sum(tau):
+    """raco_dp's step hands the engine ``softmax(tau z)`` it computed for its histogram
+    (``probs=``): the clipped sum is the definition's, including a non-finite row dropped
+    (its NaN probabilities stay NaN, so the row is counted and left out, not kept as a finite one)."""
+    X, y, c = setup(n=12)
+    layer = nn.Linear(5, 3)
+    eng = LinearEngine(layer)
+    z = eng.logits(X).detach()
+    ours = eng.clipped_sum(X, y, c, reg_scale=7.0, temperature=tau, clip_norm=0.5, probs=row_softmax(z, tau))
+    ref = naive_clipped_sum(nn.Sequential(layer), X, y, c, reg_scale=7.0, tau=tau, clip=0.5)
+    for a, b in zip(ours.grads, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    X[4, 0] = float("nan")
+    z = eng.logits(X).detach()
+    bad = eng.clipped_sum(X, y, c, reg_scale=7.0, temperature=tau, clip_norm=0.5, probs=row_softmax(z, tau))
+    keep = torch.arange(12) != 4
+    ref = eng.clipped_sum(X[keep], y[keep], c[keep], reg_scale=7.0, temperature=tau, clip_norm=0.5)
+    assert int(bad.nonfinite) == 1
+    for a, b in zip(bad.grads, ref.grads):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("micro_batch", [1, 8, 1000])
 def test_functional_engine_equals_naive_for_any_micro_batch(micro_batch):
     X, y, c = setup(n=23)
