@@ -58,7 +58,8 @@ NEAR_CONSTANT = 0.02  # a predicted positive rate this close to 0 or 1 in every 
 def warning_lines(summary: Mapping[str, Any]) -> list[str]:
     """One-line warnings about what the test numbers cannot show (from the test split only):
     a released model that predicts one class for (nearly) every row of every group, whose
-    accuracy is then the base rate and whose gap is 0 by construction; and test groups too
+    accuracy is then the base rate and whose gap is 0 by construction; a test accuracy below
+    that of predicting the test split's most frequent class everywhere; and test groups too
     small to measure a rate to within gamma (95 % half-width 1.96 * 0.5 / sqrt(n) > gamma)."""
     test = summary["metrics"]["test"]
     out = []
@@ -68,6 +69,15 @@ def warning_lines(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"  warning              the released model predicts the {which} class for >= {1 - NEAR_CONSTANT:.0%} of every test "
                    "group (a near-constant model: its DP gap is ~0 by construction); try a larger eps, a looser constraint.gamma, "
                    "more training rows or method.lr (docs/your-own-data.md)")
+    counts = (summary.get("label_counts") or {}).get("test") or {}
+    accuracy, n = test.get("accuracy"), sum(counts.values())
+    if isinstance(accuracy, (int, float)) and n > 0:
+        majority = max(counts, key=lambda k: counts[k])
+        base = counts[majority] / n
+        if accuracy < base:
+            out.append(f"  warning              test accuracy {accuracy:.4f} is below {base:.4f}, the accuracy of predicting the most "
+                       f"frequent class ({majority}) for every test row: the released model is worse than a constant; try a larger "
+                       "eps, more training rows, another method or method.lr (docs/your-own-data.md)")
     gamma = summary.get("gamma")
     sizes = (summary.get("group_sizes") or {}).get("test") or {}
     if isinstance(gamma, (int, float)) and gamma > 0 and summary.get("constraint") != "none":

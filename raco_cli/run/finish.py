@@ -113,6 +113,8 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "privacy_scope": spec.scope,
         "preprocessing": prep.preprocessing,
     }
+    if data.target is None:  # the result table's baseline: the accuracy of the constant most-frequent-class model
+        summary["label_counts"] = {"test": data.label_counts("test")}
     if search is not None:  # eps covers the search, not only this trial (its zCDP rho does not hold for the search)
         summary.update({k: search[k] for k in ("eps_target", "eps_spent", "event", "tuned_on", "search")}, rho_spent=None)
     if recorder is not None:

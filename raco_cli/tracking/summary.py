@@ -59,6 +59,8 @@ last_metrics       the same at the last step
 lambda             final dual variables
 hyperparameters    the method spec used (after noise calibration)
 group_sizes        rows per sensitive group in each split
+label_counts       (added in v1, optional; classification) ``label_counts.test``: rows of each class in
+                   the test split (the accuracy of predicting its most frequent class everywhere)
 stats              mean batch size, clip fraction, nonfinite_rows (NaN/inf per-sample gradients
                    dropped), time per step (ms), throughput_images_per_s (gradient-batch rows per
                    second of step time, evaluation excluded), wall time (s), ...
@@ -133,6 +135,7 @@ STATUS: dict[str, Any] = {
     "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
     "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
+    "label_counts": {"train": EXACT, "val": EXACT, "test": TEST},
     # releases per kind and q are fixed by the config; everything else in stats (batch sizes,
     # clip fractions, gradient norms, non-finite rows, step times) is exact
     "stats": {"releases": PUBLIC, "sample_rate": RELEASE, "fermi_lambda": PUBLIC, "group_proportions": RELEASE,
