@@ -260,32 +260,23 @@ class ConstraintTensors:
 
     def __post_init__(self) -> None:
         if self.membership.device.type == "cpu":
-            J, M, K = self.alpha.shape
-            host = (self.membership.numpy(), self.alpha.numpy().reshape(J, M * K), self.gamma.numpy())
-            object.__setattr__(self, "_host", host)
+            object.__setattr__(self, "_host", (self.membership.numpy(), self.alpha.numpy(), self.gamma.numpy()))
 
     def step(self, H: Any, lam: Any, *, floor: float) -> tuple[Any, Any]:
         """Regularizer weights (Q, K) and dual gradient ``Gamma_post(H) - gamma`` (J,) of a step.
 
         On the CPU the tiny (Q, K) maths runs in numpy on shared memory (a torch op costs
-        several microseconds of dispatch, a numpy op about one), written out with
-        ``np.maximum``/``np.minimum`` (``ndarray.clip`` costs ~5 us of Python): the same
-        float64 operations as :func:`denominators`, :func:`rates`, :func:`gamma_post` and
-        :func:`cell_weights`, so the same values bit for bit.  On an accelerator it stays on
-        the device.
+        several microseconds of dispatch, a numpy op about one); on an accelerator it stays
+        on the device.
         """
         if self._host is not None and H.device.type == "cpu":
             import torch
 
-            if not floor > 0:
-                clamp_denominators(np.zeros(1), floor)  # its one-line error
             membership, alpha, gamma = self._host
             Hn = H.numpy()
-            denom = np.maximum(membership @ Hn.sum(1), floor)[:, None]  # clamped |B_I|
-            rates_ = np.minimum(np.maximum((membership @ Hn) / denom, 0.0), 1.0)
-            g = alpha @ rates_.reshape(-1) - gamma
-            per_subset = (lam.numpy() @ alpha).reshape(rates_.shape)  # sum_j lam_j alpha_{j,I,k}
-            return torch.from_numpy(membership.T @ (per_subset / denom)), torch.from_numpy(g)
+            denom = denominators(membership, Hn, floor)
+            weights = cell_weights(membership, alpha, Hn, lam.numpy(), floor, denom=denom)
+            return torch.from_numpy(weights), torch.from_numpy(gamma_post(membership, alpha, Hn, floor, denom=denom) - gamma)
         denom = denominators(self.membership, H, floor)
         weights = cell_weights(self.membership, self.alpha, H, lam, floor, denom=denom)
         return weights, gamma_post(self.membership, self.alpha, H, floor, denom=denom) - self.gamma
