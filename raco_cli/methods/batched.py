@@ -349,6 +349,19 @@ def group_softmax(z: torch.Tensor, temperature: torch.Tensor | None = None) -> t
     return torch.softmax(z if temperature is None else z * temperature, dim=1)
 
 
+def group_onehots(z: torch.Tensor) -> torch.Tensor:
+    """Arg-max one-hots (R, K, L) of class-major logits (R, K, L), as
+    ``one_hot(z.argmax(dim=1))``: the first maximal class, a NaN counting as the maximum.
+    Built from K - 1 comparisons: torch's CPU ``argmax`` over a class axis that is not the
+    innermost one took ~10x as long (R = 100 runs x 8 192 rows of Heart: 84 vs 8 ms)."""
+    best, idx = z[:, 0], torch.zeros(z.shape[0], z.shape[2], dtype=torch.long, device=z.device)
+    for k in range(1, z.shape[1]):
+        zk = z[:, k]
+        better = (zk > best) | (zk.isnan() & ~best.isnan())  # argmax: NaN above every number; ties keep the first
+        idx, best = torch.where(better, k, idx), torch.where(better, zk, best)
+    return (idx.unsqueeze(1) == torch.arange(z.shape[1], device=z.device).view(1, -1, 1)).to(z.dtype)
+
+
 def group_logits(W: torch.Tensor, b: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """Class-major logits (R, K, L) of rows X (R, L, d) under weights W (R, K, d), biases b (R, K)."""
     return torch.baddbmm(b.unsqueeze(2), W, X.transpose(1, 2))

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from raco_cli.data.types import TabularData
 from raco_cli.methods.base import Reporter, TrainResult
@@ -25,6 +24,7 @@ from raco_cli.methods.batched import (
     clipped_sums,
     gaussian_many,
     group_logits,
+    group_onehots,
     group_softmax,
     initial_parameters,
     laplace_many,
@@ -173,7 +173,7 @@ def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperatu
     cells (R, L, Q); paper eq. 8), as
     :func:`raco_cli.methods.sgda.core._histogram` (pad slots have no cell)."""
     if hard:
-        probs = nn.functional.one_hot(z.argmax(dim=1), z.shape[1]).to(z.dtype).transpose(1, 2)
+        probs = group_onehots(z)
     else:
         probs = torch.nan_to_num(group_softmax(z, temperature), nan=0.0, posinf=0.0, neginf=0.0)
     return torch.bmm(probs, cellhot).transpose(1, 2).double()

@@ -184,6 +184,20 @@ def test_group_noise_is_each_runs_own_draw_bit_for_bit(shape):
         assert torch.equal(batched.laplace_many(shape, stds, a), ref)
 
 
+@pytest.mark.parametrize("K", [2, 3, 5])
+def test_group_onehots_are_the_argmax_one_hots(K):
+    """group_onehots (comparisons) equals one_hot(argmax over the class axis) of class-major
+    logits bit for bit: ties keep the first class, a NaN counts as the maximum, +-inf."""
+    z = torch.randn(4, K, 300)
+    z[:, :, :40] = 0.5  # ties across every class
+    flat = z.view(-1)
+    flat[::7], flat[::11], flat[::13] = float("nan"), float("inf"), -float("inf")
+    z[1, :, 50:60] = float("nan")  # every class NaN
+    want = torch.nn.functional.one_hot(z.argmax(dim=1), K).to(z.dtype).transpose(1, 2)
+    assert torch.equal(batched.group_onehots(z), want)
+    assert torch.equal(batched.group_onehots(z.double()), want.double())
+
+
 def test_a_gather_reuses_its_buffer_and_returns_the_rows_asked_for(small):
     """GroupRows.gather writes into one reused buffer (no fresh ~80 MB array a step): each
     call returns exactly the rows of its indices, whatever size the earlier calls had."""
