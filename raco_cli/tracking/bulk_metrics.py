@@ -84,32 +84,56 @@ def _chunks(todo: Mapping[str, list[Any]]) -> list[dict[str, list[Any]]]:
     return [c for c in out if c]
 
 
-def _rows(store: Any, run_id: str, metrics: Sequence[Any]) -> list[dict[str, Any]]:
+#: a metric row's columns, in the order of the tuples :func:`_rows` builds
+_METRIC_COLUMNS = ("key", "value", "timestamp", "run_uuid", "step", "is_nan")
+
+
+def _rows(store: Any, run_id: str, metrics: Sequence[Any]) -> list[tuple[Any, ...]]:
     """MLflow's checks and sanitising (``_log_metrics_once``): each metric validated, exact
-    duplicates within the batch dropped, NaN stored as 0 with ``is_nan``, +-inf as +-max float."""
+    duplicates within the batch dropped, NaN stored as 0 with ``is_nan``, +-inf as +-max float.
+    One tuple per row, columns :data:`_METRIC_COLUMNS`."""
     from mlflow.utils.validation import _validate_metric
 
     rows, seen, valid = [], set(), set()
+    sanitize = store.sanitize_metric_value
     for m in metrics:
         # MLflow's check of a row whose value, timestamp and step are plain ints/floats (timestamp
         # >= 0) depends on its key alone: checked once per key (it was two thirds of this loop);
         # any other row is checked in full
-        plain = type(m.value) in _PLAIN and type(m.timestamp) in _PLAIN and type(m.step) in _PLAIN and m.timestamp >= 0
-        if not (plain and m.key in valid):
-            _validate_metric(m.key, m.value, m.timestamp, m.step)
+        key, value, timestamp, step = m.key, m.value, m.timestamp, m.step
+        plain = type(value) in _PLAIN and type(timestamp) in _PLAIN and type(step) in _PLAIN and timestamp >= 0
+        if not (plain and key in valid):
+            _validate_metric(key, value, timestamp, step)
             if plain:
-                valid.add(m.key)
+                valid.add(key)
         if m in seen:
             continue
         seen.add(m)
-        is_nan, value = store.sanitize_metric_value(m.value)
-        rows.append({"run_uuid": run_id, "key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan})
+        is_nan, value = sanitize(value)
+        rows.append((key, value, timestamp, run_id, step, is_nan))
     return rows
 
 
-def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """MLflow's rule for latest_metrics: strictly greater (step, timestamp, value)."""
-    return (a["step"], a["timestamp"], a["value"]) > (b["step"], b["timestamp"], b["value"])
+def _order(row: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    """MLflow's rule for latest_metrics: the latest row has the greatest (step, timestamp, value)."""
+    return row[4], row[2], row[1]
+
+
+def _insert_rows(conn: Any, table: Any, rows: list[tuple[Any, ...]]) -> None:
+    """``INSERT`` of ``rows`` (tuples, columns :data:`_METRIC_COLUMNS`) into ``table``.  On
+    SQLite the driver's ``executemany`` takes the tuples as they are (the SQL expression's
+    per-row parameter processing was a third of a bulk write: 473 600 rows of a 160-run
+    group); other databases go through SQLAlchemy's insert.  Integrity errors surface as
+    SQLAlchemy's either way."""
+    import sqlalchemy as sa
+
+    if conn.dialect.name == "sqlite":
+        quote = conn.dialect.identifier_preparer.quote
+        columns = ", ".join(quote(c) for c in _METRIC_COLUMNS)
+        marks = ", ".join("?" for _ in _METRIC_COLUMNS)
+        conn.exec_driver_sql(f"INSERT INTO {quote(table.name)} ({columns}) VALUES ({marks})", rows)
+    else:
+        conn.execute(sa.insert(table), [dict(zip(_METRIC_COLUMNS, r)) for r in rows])
 
 
 def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
@@ -119,26 +143,26 @@ def _write(store: Any, chunk: Mapping[str, Sequence[Any]]) -> None:
 
     metrics, latest_metrics = SqlMetric.__table__, SqlLatestMetric.__table__
     rows = [r for run_id, ms in chunk.items() for r in _rows(store, run_id, ms)]
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in rows:
-        k = (r["run_uuid"], r["key"])
-        if k not in latest or _newer(r, latest[k]):
-            latest[k] = r
+    latest: dict[tuple[str, str], tuple[Any, ...]] = {}
+    for row in rows:
+        k = (row[3], row[0])  # (run_uuid, key)
+        if k not in latest or _order(row) > _order(latest[k]):
+            latest[k] = row
     run_ids = list(chunk)
     with _active_runs_transaction(store, run_ids) as conn:
         cols = (latest_metrics.c.run_uuid, latest_metrics.c.key, latest_metrics.c.step, latest_metrics.c.timestamp, latest_metrics.c.value)
         stored = {
-            (run_uuid, key): {"step": step, "timestamp": ts, "value": value}
+            (run_uuid, key): (step, ts, value)
             for run_uuid, key, step, ts, value in conn.execute(sa.select(*cols).where(latest_metrics.c.run_uuid.in_(run_ids))).all()
         }
         try:
-            conn.execute(sa.insert(metrics), rows)
+            _insert_rows(conn, metrics, rows)
         except sa.exc.IntegrityError:
             raise _Fallback from None  # a row already stored: MLflow's path skips it
-        new = [r for k, r in latest.items() if k not in stored]
+        new = [dict(zip(_METRIC_COLUMNS, row)) for k, row in latest.items() if k not in stored]
         if new:
             conn.execute(sa.insert(latest_metrics), new)
-        for r in (r for k, r in latest.items() if k in stored and _newer(r, stored[k])):
+        for r in (dict(zip(_METRIC_COLUMNS, row)) for k, row in latest.items() if k in stored and _order(row) > stored[k]):
             conn.execute(
                 sa.update(latest_metrics)
                 .where(latest_metrics.c.run_uuid == r["run_uuid"], latest_metrics.c.key == r["key"])
