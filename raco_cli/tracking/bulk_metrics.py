@@ -224,22 +224,23 @@ def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]
             conn.execute(sa.insert(tags_t), [row for rows in tag_rows.values() for row in rows.values()])
 
 
-def create_runs_bulk(client: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
-    """``client.create_run(experiment_id, run_name=name, tags=tags).info.run_id`` for every
-    ``(name, tags)``: the rows ``SqlAlchemyStore.create_run`` writes (a RUNNING run named
-    ``name``, its ``mlflow.runName`` tag, user from ``mlflow.user``, start time now, artifacts
-    under the experiment's location), all in one transaction.  Any other store, or a name that
-    differs from its ``mlflow.runName`` tag (MLflow's error), goes through ``create_run``."""
+def create_runs_bulk(client: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[tuple[str, str]]:
+    """``(info.run_id, info.artifact_uri)`` of ``client.create_run(experiment_id, run_name=name,
+    tags=tags)`` for every ``(name, tags)``: the rows ``SqlAlchemyStore.create_run`` writes (a
+    RUNNING run named ``name``, its ``mlflow.runName`` tag, user from ``mlflow.user``, start time
+    now, artifacts under the experiment's location), all in one transaction.  Any other store, or
+    a name that differs from its ``mlflow.runName`` tag (MLflow's error), goes through ``create_run``."""
     store = _sql_store(client)
     try:
         if store is None or any(tags.get(_RUN_NAME_TAG, name) != name for name, tags in runs):
             raise _Fallback
         return list(retrying(_create_runs, store, experiment_id, runs))
     except _Fallback:
-        return [retrying(client.create_run, experiment_id, run_name=name, tags=dict(tags)).info.run_id for name, tags in runs]
+        infos = [retrying(client.create_run, experiment_id, run_name=name, tags=dict(tags)).info for name, tags in runs]
+        return [(info.run_id, info.artifact_uri) for info in infos]
 
 
-def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[tuple[str, str]]:
     import uuid
 
     import sqlalchemy as sa
@@ -268,7 +269,7 @@ def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mappi
         conn.execute(sa.insert(SqlRun.__table__), run_rows)
         if tag_rows:
             conn.execute(sa.insert(SqlTag.__table__), tag_rows)
-    return [row["run_uuid"] for row in run_rows]
+    return [(row["run_uuid"], row["artifact_uri"]) for row in run_rows]
 
 
 def terminate_bulk(client: Any, run_ids: Sequence[str], status: str) -> None:

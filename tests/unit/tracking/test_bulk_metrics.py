@@ -279,9 +279,11 @@ def test_runs_created_as_create_run_creates_them(store):
     tags = {"method": "raco_dp", "mlflow.user": "alice", "raco.seed.noise": "7"}
     ref = c.create_run(exp, run_name="r", tags=tags).info.run_id
     before = int(time.time() * 1000)
-    ids = create_runs_bulk(c, exp, [("r", tags), ("r", {**tags, "mlflow.runName": "r"}), ("r", tags)])
+    created = create_runs_bulk(c, exp, [("r", tags), ("r", {**tags, "mlflow.runName": "r"}), ("r", tags)])
     after = int(time.time() * 1000)
+    ids = [run_id for run_id, _ in created]
     assert len(set(ids)) == 3 and ref not in ids
+    assert [uri for _, uri in created] == [c.get_run(run_id).info.artifact_uri for run_id in ids]
 
     def view(run_id):
         run = c.get_run(run_id)
@@ -321,9 +323,9 @@ def test_creating_runs_on_other_stores_uses_create_run():
     class Client:  # not backed by MLflow's SQL store
         def create_run(self, experiment_id, run_name, tags):
             calls.append((experiment_id, run_name, tags))
-            return SimpleNamespace(info=SimpleNamespace(run_id=f"id{len(calls)}"))
+            return SimpleNamespace(info=SimpleNamespace(run_id=f"id{len(calls)}", artifact_uri=f"s3://b/id{len(calls)}"))
 
-    assert create_runs_bulk(Client(), "1", [("a", {"t": "1"}), ("b", {})]) == ["id1", "id2"]
+    assert create_runs_bulk(Client(), "1", [("a", {"t": "1"}), ("b", {})]) == [("id1", "s3://b/id1"), ("id2", "s3://b/id2")]
     assert calls == [("1", "a", {"t": "1"}), ("1", "b", {})]
 
 # runs ended in one transaction
@@ -418,12 +420,46 @@ def test_a_groups_runs_created_together_carry_what_one_run_carries(tmp_path):
     flush_recorders([alone, *group])
     c = alone.client
 
-    def data(run_id):
+    def data(run_id):  # raco.heartbeat: the clock second the recorder opened (the runs may straddle one)
         run = c.get_run(run_id)
-        return run.info.status, run.info.experiment_id, run.data.params, run.data.tags
+        return run.info.status, run.info.experiment_id, run.data.params, {k: v for k, v in run.data.tags.items() if k != "raco.heartbeat"}
 
     assert len({r.run_id for r in group} | {alone.run_id}) == 4
     assert all(data(r.run_id) == data(alone.run_id) for r in group)
     assert "mlflow.parentRunId" in data(alone.run_id)[3]
     with pytest.raises(ValueError, match="must be buffered"):
         RunRecorder(run_name="r", **{**kw, "buffered": False}, create=False)
+
+
+def test_artifacts_of_a_groups_runs_go_where_mlflow_puts_them(tmp_path, monkeypatch):
+    """A recorder that knows its run's local artifact location (created alone or by
+    create_runs) writes a file there without loading the run; MLflow lists and downloads it
+    as one it logged itself; a directory still goes through MLflow's call."""
+    from raco_cli.tracking.mlflow_store import RunRecorder, create_runs
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    kw = dict(uri=uri, experiment="e", params={}, tags={}, buffered=True)
+    alone = RunRecorder(run_name="r", **kw)
+    group = [RunRecorder(run_name="r", client=alone.client, create=False, **kw) for _ in range(2)]
+    create_runs(group)
+    c = alone.client
+    f = tmp_path / "summary.json"
+    f.write_text('{"a": 1}')
+    c.log_artifact(alone.run_id, str(f))  # MLflow's own call: the reference location
+    monkeypatch.setattr(c, "get_run", lambda *_a: pytest.fail("the run was loaded to log a file"))
+    for rec in group:
+        rec.log_artifact(f)
+    monkeypatch.undo()
+    for rec in group:
+        assert c.get_run(rec.run_id).info.artifact_uri == rec.artifact_uri
+        assert [a.path for a in c.list_artifacts(rec.run_id)] == ["summary.json"]
+        assert (tmp_path / "dl" / rec.run_id).mkdir(parents=True) is None
+        got = c.download_artifacts(rec.run_id, "summary.json", str(tmp_path / "dl" / rec.run_id))
+        assert open(got).read() == '{"a": 1}'
+    ref = c.get_run(alone.run_id).info.artifact_uri.replace(alone.run_id, "<id>")
+    assert all(c.get_run(r.run_id).info.artifact_uri.replace(r.run_id, "<id>") == ref for r in group)
+    d = tmp_path / "plots"
+    d.mkdir()
+    (d / "x.txt").write_text("x")
+    group[0].log_artifact(d)
+    assert sorted(a.path for a in c.list_artifacts(group[0].run_id)) == ["plots", "summary.json"]
