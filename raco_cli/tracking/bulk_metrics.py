@@ -127,6 +127,8 @@ def _insert_rows(conn: Any, table: Any, rows: list[tuple[Any, ...]]) -> None:
     SQLAlchemy's either way."""
     import sqlalchemy as sa
 
+    if not rows:
+        return
     if conn.dialect.name == "sqlite":
         quote = conn.dialect.identifier_preparer.quote
         columns = ", ".join(quote(c) for c in _METRIC_COLUMNS)
