@@ -122,8 +122,8 @@ def _order(row: tuple[Any, ...]) -> tuple[Any, Any, Any]:
 def _insert_rows(conn: Any, table: Any, rows: list[tuple[Any, ...]]) -> None:
     """``INSERT`` of ``rows`` (tuples, columns :data:`_METRIC_COLUMNS`) into ``table``.  On
     SQLite the driver's ``executemany`` takes the tuples as they are (the SQL expression's
-    per-row parameter processing was a third of a bulk write: 473 600 rows of a 160-run
-    group); other databases go through SQLAlchemy's insert.  Integrity errors surface as
+    per-row parameter processing was a third of a bulk write: 488 320 rows of a 160-run
+    group at T = 400); other databases go through SQLAlchemy's insert.  Integrity errors surface as
     SQLAlchemy's either way."""
     import sqlalchemy as sa
 
