@@ -50,9 +50,7 @@ def group_key(cfg: Mapping[str, Any]) -> str | None:
     from raco_cli import methods
 
     method = (cfg.get("method") or {}).get("name")
-    if (cfg.get("model") or {}).get("name") not in BATCHED_MODELS or method not in methods.METHODS:
-        return None
-    if not hasattr(methods.get(method), "fit_many"):
+    if (cfg.get("model") or {}).get("name") not in BATCHED_MODELS or method not in methods.BATCHED:
         return None
     plain = json.loads(json.dumps(cfg, default=str))
     plain["method"]["clip_norm"] = plain["method"].get("clip_norm") is None

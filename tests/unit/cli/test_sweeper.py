@@ -167,3 +167,21 @@ def test_jobs_that_differ_in_what_a_sweep_varies_share_a_group():
         assert group_key(_cfg(**change)) != base, change
     assert group_key(_cfg(**{"model.name": "mlp"})) is None  # one-run path
     assert group_key(_cfg(**{"method.name": "dpse"})) is None
+
+
+def test_the_static_list_of_batched_methods_is_the_methods_with_fit_many():
+    """The sweeper groups by :data:`raco_cli.methods.BATCHED` so that planning a sweep does not
+    import torch; it must name exactly the methods whose module has ``fit_many``."""
+    from raco_cli import methods
+
+    assert set(methods.BATCHED) == {name for name in methods.METHODS if hasattr(methods.get(name), "fit_many")}
+
+
+def test_grouping_a_sweep_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from raco_cli.cli.sweep_plan import group_key; "
+            "assert group_key({'method': {'name': 'raco_dp'}, 'model': {'name': 'logreg'}}) is not None; "
+            "print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
