@@ -267,6 +267,8 @@ def close_sweep(uri: str, sweep_dir: Path) -> None:
     if not marker.exists():
         return
     parent = marker.read_text().strip()
+    if uri.startswith("sqlite:///") and _by_sql(uri, "end_parent_run", parent) is not None:
+        return
     c = client(uri)
     run = retrying(c.get_run, parent)
     children = retrying(
@@ -504,6 +506,24 @@ def find_runs(uri: str, experiment: str, *, filter_string: str = "") -> list[Any
             return out
 
 
+def _by_sql(uri: str, name: str, *args: Any) -> Any:
+    """``sqlite_direct.<name>(db, *args)`` on a SQLite store (no MLflow import, one query
+    instead of an object per row: tracking/sqlite_direct.py); None for any other store or when
+    the query fails (the caller then asks MLflow)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    import sqlite3
+
+    from raco_cli.tracking import sqlite_direct
+
+    db = Path(uri[len("sqlite:///") :])
+    try:
+        return getattr(sqlite_direct, name)(db, *args)
+    except sqlite3.Error as exc:
+        log.debug("%s on %s by SQL failed (%s); asking MLflow", name, db, exc)
+        return None
+
+
 def finished_config_hashes(uri: str, experiment: str) -> set[str]:
     """``raco.config_hash`` tags of the FINISHED runs of an experiment (sweep resume).
 
@@ -511,6 +531,9 @@ def finished_config_hashes(uri: str, experiment: str) -> set[str]:
     """
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
         return set()
+    by_sql = _by_sql(uri, "finished_config_hashes", experiment)
+    if by_sql is not None:
+        return by_sql  # type: ignore[no-any-return]
     runs = find_runs(uri, experiment, filter_string="attributes.status = 'FINISHED'")
     return {h for r in runs if (h := r.data.tags.get("raco.config_hash"))}
 
@@ -525,6 +548,9 @@ def run_records(uri: str, experiment: str) -> list[dict[str, Any]]:
     """
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
         return []
+    by_sql = _by_sql(uri, "run_records", experiment)
+    if by_sql is not None:
+        return by_sql  # type: ignore[no-any-return]
     out = []
     for r in find_runs(uri, experiment):
         if "raco.config_hash" not in r.data.tags:
