@@ -84,6 +84,72 @@ def split_evenly(items: list[Any], cap: int) -> list[list[Any]]:
     return out
 
 
+#: an evaluation (three splits, every metric) costs about this many training steps of the same
+#: runs (fig4_adult's groups, docs/batched.md: RaCO-DP evaluating every 5 steps against DP-FERMI
+#: every 10 at the same T); only the ratio between a sweep's jobs matters
+EVAL_STEPS = 4.0
+#: a launcher job's fixed cost (start, data, store, per-step Python) as a share of the mean
+#: group's: what splitting a group costs
+JOB_OVERHEAD = 0.03
+
+
+def run_cost(cfg: Mapping[str, Any]) -> float:
+    """A run's relative training cost: its steps, each evaluation counted as
+    :data:`EVAL_STEPS` steps (``method.steps`` null: ``method.max_steps``, the most it may take)."""
+    method = cfg.get("method") or {}
+    steps = float(method.get("steps") or method.get("max_steps") or 1000)
+    every = float(method.get("eval_every") or steps)
+    return steps * (1.0 + EVAL_STEPS / max(every, 1.0))
+
+
+def lpt_makespan(costs: Sequence[float], workers: int) -> float:
+    """The time ``workers`` parallel workers take when each takes the next job of ``costs``
+    (in that order) as soon as it is free: how joblib's processes run a launch list."""
+    free = [0.0] * max(workers, 1)
+    for c in costs:
+        i = free.index(min(free))
+        free[i] += c
+    return max(free)
+
+
+def balance(groups: Sequence[tuple[list[Any], float]], workers: int, *, min_runs: int = 8, max_splits: int = 16) -> list[list[Any]]:
+    """Groups of runs (``(runs, cost per run)``) cut and ordered so ``workers`` parallel
+    workers finish together: the costliest first (longest-processing-time order), and the
+    costliest piece halved while that shortens the estimated wall time (each piece paying a
+    fixed :data:`JOB_OVERHEAD`), down to ``min_runs`` runs a piece.  With one worker, or one
+    run, the groups are returned as they are.
+
+    Without this a sweep's last group often ran alone: make reproduce's fig5_adult left one
+    core idle for 44 s of its 125, fig8a_clipping (one group) for all of its 22.
+
+    >>> [len(p) for p in balance([(list(range(45)), 1.0)], 2)]
+    [23, 22]
+    >>> [len(p) for p in balance([(list(range(160)), 1.0)] * 3, 2)]
+    [160, 160, 80, 80]
+    """
+    pieces = [(list(runs), float(cost)) for runs, cost in groups if runs]
+    if workers <= 1 or not pieces:
+        return [runs for runs, _ in pieces]
+    fixed = JOB_OVERHEAD * sum(len(r) * c for r, c in pieces) / len(pieces)
+
+    def ordered(ps: list[tuple[list[Any], float]]) -> list[tuple[list[Any], float]]:
+        return sorted(ps, key=lambda p: -(len(p[0]) * p[1]))
+
+    def wall(ps: list[tuple[list[Any], float]]) -> float:
+        return lpt_makespan([fixed + len(r) * c for r, c in ordered(ps)], workers)
+
+    best, best_wall = pieces, wall(pieces)
+    for _ in range(max_splits):  # keep halving the costliest piece; keep the best plan seen
+        runs, cost = ordered(pieces)[0]
+        if len(runs) < 2 * min_runs:
+            break
+        halves = split_evenly(runs, -(-len(runs) // 2))
+        pieces = [p for p in pieces if p[0] is not runs] + [(h, cost) for h in halves]
+        if wall(pieces) < best_wall - 1e-9:
+            best, best_wall = pieces, wall(pieces)
+    return [runs for runs, _ in ordered(best)]
+
+
 def _key(key: str) -> str:
     """Override key without its ``+``/``++``/``~`` prefix (for matching axes)."""
     return key.lstrip("+~")

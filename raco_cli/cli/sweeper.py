@@ -27,7 +27,9 @@ Options (``hydra.sweeper.<key>``):
   multipliers, learning rates, tau, clip norm, DP-FERMI's options, ...) and that use a
   batched method on logistic regression become one launcher job of at most
   ``group_max_runs`` runs (default 160), so joblib and SLURM parallelism apply to groups;
-  inside it runs are trained in chunks that fit ``group_memory_gb`` (default 2).  Each run
+  inside it runs are trained in chunks that fit ``group_memory_gb`` (default 2).  With joblib's
+  parallel workers, the launcher jobs go costliest first and a group is halved when that lets
+  the workers finish together (:func:`~raco_cli.cli.sweep_plan.balance`).  Each run
   keeps its run directory ``<sweep dir>/<job number>``, summary.json, MLflow run and config
   hash; the group's Hydra log is in ``<sweep dir>/groups/<k>``.
 """
@@ -51,9 +53,11 @@ from raco_cli.cli.compose_cache import ComposeCache
 from raco_cli.cli.sweep_plan import (
     GROUP_OVERRIDE,
     SMOKE_SUFFIX,
+    balance,
     group_key,
     group_members,
     plan_jobs,
+    run_cost,
     split_evenly,
 )
 
@@ -262,29 +266,49 @@ class RacoSweeper(Sweeper):
                 log.info("sweep: jobs are not grouped (hydra.sweep.subdir is customised; grouping keeps run dirs <sweep dir>/<num>)")
             return [o for o, _ in jobs]
         groups: OrderedDict[str, list[int]] = OrderedDict()
-        launches: list[tuple[int, list[str]]] = []
+        launches: list[tuple[float, int, list[str]]] = []  # (estimated cost, first job number, overrides)
         for num, (overrides, cfg) in enumerate(jobs):
             key = group_key(cfg) if self.group is True or grids[num] in self.group else None
             if key is None:
-                launches.append((num, [*overrides, f"hydra.sweep.subdir={num}"]))
+                launches.append((run_cost(cfg), num, [*overrides, f"hydra.sweep.subdir={num}"]))
             else:
                 groups.setdefault(key, []).append(num)
+        workers = self._workers()
+        chunks = [(chunk, run_cost(jobs[chunk[0]][1])) for nums in groups.values() for chunk in split_evenly(nums, self.group_max_runs)]
         n_groups = 0
-        for nums in groups.values():
-            for chunk in split_evenly(nums, self.group_max_runs):
-                if len(chunk) == 1:
-                    launches.append((chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
-                    continue
-                members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1]} for num in chunk]
-                path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
-                # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
-                launches.append((chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
-                n_groups += 1
-        launches.sort(key=lambda item: item[0])
+        for chunk in balance(chunks, workers):  # cut so that parallel workers finish together
+            cost = len(chunk) * run_cost(jobs[chunk[0]][1])
+            if len(chunk) == 1:
+                launches.append((cost, chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
+                continue
+            members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1]} for num in chunk]
+            path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
+            # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
+            launches.append((cost, chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
+            n_groups += 1
+        # parallel workers take the costliest jobs first (the tail is then short); one worker
+        # (the basic launcher, Table 2's timings) keeps the sweep's order.  Every run keeps its job
+        # number, directory and result whatever its launch position or piece.
+        launches.sort(key=(lambda item: (-item[0], item[1])) if workers > 1 else (lambda item: item[1]))
         if n_groups:
-            log.info("sweep: %d runs as %d launcher jobs (%d groups; hydra.sweeper.group=false runs one job per run)",
-                     len(jobs), len(launches), n_groups)
-        return [o for _, o in launches]
+            log.info("sweep: %d runs as %d launcher jobs (%d groups, costliest first for %d parallel workers; "
+                     "hydra.sweeper.group=false runs one job per run)", len(jobs), len(launches), n_groups, workers)
+        return [o for _, _, o in launches]
+
+    def _workers(self) -> int:
+        """How many jobs the launcher runs at once: joblib's ``n_jobs`` (-1: every core); 1 for
+        any other launcher (the basic launcher runs one at a time; SLURM's array tasks are
+        not scheduled by launch order, and their groups stay as large as allowed)."""
+        assert self.config is not None
+        launcher = OmegaConf.select(self.config, "hydra.launcher", default=None)
+        if launcher is None or not str(launcher.get("_target_", "")).endswith("JoblibLauncher"):
+            return 1
+        n = int(OmegaConf.select(self.config, "hydra.launcher.n_jobs", default=1) or 1)
+        if n < 0:  # joblib: -1 = every core, -2 = all but one, ...
+            from raco_cli.cli.paths import cpu_count
+
+            n = max(1, cpu_count() + 1 + n)
+        return n
 
 
 # Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.

@@ -185,3 +185,70 @@ def test_grouping_a_sweep_does_not_import_torch():
             "assert group_key({'method': {'name': 'raco_dp'}, 'model': {'name': 'logreg'}}) is not None; "
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_balance_keeps_every_run_once_costliest_first_and_never_lengthens_the_sweep():
+    import random
+
+    from raco_cli.cli.sweep_plan import JOB_OVERHEAD, balance, lpt_makespan
+
+    rng = random.Random(0)
+    for _ in range(200):
+        workers = rng.choice([1, 2, 3, 4])
+        groups, start = [], 0
+        for _ in range(rng.randint(1, 6)):
+            n = rng.randint(1, 160)
+            groups.append((list(range(start, start + n)), rng.choice([1.0, 3.0, 10.0])))
+            start += n
+        pieces = balance(groups, workers)
+        assert sorted(r for p in pieces for r in p) == list(range(start))
+        cost_of = {r: c for runs, c in groups for r in runs}
+        costs = [sum(cost_of[r] for r in p) for p in pieces]
+        if workers == 1:
+            assert pieces == [runs for runs, _ in groups]  # one worker: as they were
+            continue
+        assert costs == sorted(costs, reverse=True)
+        assert all(len({cost_of[r] for r in p}) == 1 for p in pieces)  # a piece never mixes groups
+        fixed = JOB_OVERHEAD * sum(len(r) * c for r, c in groups) / len(groups)
+        before = lpt_makespan(sorted((fixed + len(r) * c for r, c in groups), reverse=True), workers)
+        assert lpt_makespan([fixed + c for c in costs], workers) <= before + 1e-9
+
+
+def test_lpt_makespan_is_the_wall_time_of_workers_taking_the_next_job():
+    from raco_cli.cli.sweep_plan import lpt_makespan
+
+    assert lpt_makespan([5, 4, 3], 2) == 7  # (5), (4 + 3)
+    assert lpt_makespan([3, 4, 5], 2) == 8  # (3 + 5), (4)
+    assert lpt_makespan([3, 4, 5], 1) == 12
+
+
+def test_run_cost_counts_steps_and_evaluations():
+    from raco_cli.cli.sweep_plan import EVAL_STEPS, run_cost
+
+    assert run_cost({"method": {"steps": 400, "eval_every": 5}}) == 400 * (1 + EVAL_STEPS / 5)
+    assert run_cost({"method": {"steps": None, "max_steps": 3000, "eval_every": 50}}) == 3000 * (1 + EVAL_STEPS / 50)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_launches_go_costliest_first_to_parallel_workers_and_in_job_order_to_one(tmp_path, workers):
+    from omegaconf import OmegaConf
+
+    from raco_cli.cli.sweep_plan import GROUP_OVERRIDE
+    from raco_cli.cli.sweeper import RacoSweeper
+    from raco_cli.run.group import read_group
+
+    launcher = ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": workers}
+                if workers > 1 else {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"})
+    sweeper = RacoSweeper()
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path), "subdir": "${hydra.job.num}"}, "launcher": launcher}})
+    cheap = [_cfg(seed=s, **{"method.steps": 10}) for s in range(4)]  # first in the sweep, cheapest
+    dear = [_cfg(seed=s, **{"method.steps": 1000, "method.name": "sgda"}) for s in range(40)]
+    jobs = [([f"seed={i}"], cfg) for i, cfg in enumerate(cheap + dear)]
+    launches = sweeper._launches(jobs, tmp_path, ["g"] * len(jobs))
+    members = [[m["num"] for m in read_group(next(o for o in job if o.startswith(GROUP_OVERRIDE))[len(GROUP_OVERRIDE):])]
+               for job in launches]
+    assert sorted(n for m in members for n in m) == list(range(44))  # every run once, its job number kept
+    if workers == 1:
+        assert members == [[0, 1, 2, 3], list(range(4, 44))]
+    else:  # the dear group halved (one worker would otherwise run it alone), and first
+        assert members == [list(range(4, 24)), list(range(24, 44)), [0, 1, 2, 3]]
