@@ -87,15 +87,16 @@ REPRODUCE ?= fig4_adult fig2b_adult fig3_satisfiability fig4_credit fig4_parkins
 	fig6_credit fig8a_clipping fig8b_hard_soft fig9_low_eps table2_timing
 REPRODUCE_FIGURES := $(if $(SMOKE),outputs/figures,docs/figures)
 
+empty :=
+space := $(empty) $(empty)
+comma := ,
+
+# the sweeps run in one `raco train +sweep=a,b,...` (its parallel workers, with torch, MLflow and
+# the datasets loaded, stay up from one sweep to the next), the figures in one `raco figures`
 reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; resumable; total wall time at the end [SMOKE=1] [REPRODUCE="fig4_adult ..."]
 	@start=$$(date +%s); failed=""; \
-	for s in $(REPRODUCE); do \
-		echo "== make reproduce: sweep $$s"; \
-		$(RACO) train +sweep=$$s $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) || failed="$$failed sweep-$$s"; \
-	done; \
-	for s in $(REPRODUCE); do \
-		$(RACO) figures $$s $(if $(SMOKE),--smoke,--small) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed fig-$$s"; \
-	done; \
+	$(RACO) train +sweep=$(subst $(space),$(comma),$(strip $(REPRODUCE))) $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) || failed="$$failed sweeps"; \
+	$(RACO) figures $(REPRODUCE) $(if $(SMOKE),--smoke,--small) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed figures"; \
 	elapsed=$$(( $$(date +%s) - start )); \
 	$(RACO) report --reproduction $(if $(SMOKE),--smoke) --wall-time $$elapsed --sweeps "$(REPRODUCE)" || failed="$$failed report"; \
 	echo "make reproduce: total wall time $$((elapsed / 60)) min $$((elapsed % 60)) s (sweeps + figures; goal <= 15 min on 2 idle cores: $$([ $$elapsed -le 900 ] && echo met || echo not met))"; \

@@ -125,10 +125,19 @@ def figures_main(argv: list[str]) -> int:
         if n not in FIGURES:
             raise unknown_name("figure", n, FIGURES)
     if names:
+        failed = 0
         for n in names:
-            for f in draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log, small=args.small):
+            try:
+                files = draw_figure(n, uri=uri, out=args.out, smoke=args.smoke, log=not args.no_log, small=args.small)
+            except RacoError as exc:
+                if len(names) == 1:
+                    raise
+                print(f"error: figure {n}: {exc}", file=sys.stderr)  # the other figures are still drawn
+                failed += 1
+                continue
+            for f in files:
                 print(f)
-        return 0
+        return 2 if failed else 0
     drawn, missing = 0, []
     for n in FIGURES:
         try:

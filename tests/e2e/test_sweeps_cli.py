@@ -167,6 +167,26 @@ def test_sweep_file_smoke_with_command_line_overrides(tmp_path):
     assert (tmp_path / "small" / "fig4_adult_smoke.png").stat().st_size < (figs / "fig4_adult_smoke.png").stat().st_size
 
 
+def test_several_sweep_files_in_one_command(tmp_path):
+    """`make reproduce`: `raco train +sweep=a,b` runs the sweeps one after the other in one
+    process, each into its own experiment; a bad value for either is refused before any runs."""
+    db = tmp_path / "mlflow.db"
+    common = ["hydra.sweeper.smoke=true", "hydra.sweeper.only=[sgda]", "dataset=synthetic", "seed=0", "method.steps=20",
+              "hydra.launcher.n_jobs=2", f"tracking.uri=sqlite:///{db}"]
+    bad = raco("train", "+sweep=fig4_adult,no_such_sweep", *common, cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no_such_sweep" in bad.stderr, bad.stderr
+    assert not db.exists()  # nothing ran
+    res = raco("train", "+sweep=fig4_adult,fig5_adult", *common, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "== raco train: sweep fig4_adult (1 of 2)" in res.stderr and "== raco train: sweep fig5_adult (2 of 2)" in res.stderr
+    assert "raco train: 2 sweeps: fig4_adult " in res.stderr
+    for experiment in ("fig4_adult_smoke", "fig5_adult_smoke"):
+        runs = finished_children(db, experiment)
+        assert runs and all(r.info.status == "FINISHED" and r.data.params["method.name"] == "sgda" for r in runs), experiment
+    again = raco("train", "+sweep=fig4_adult,fig5_adult", *common, cwd=tmp_path)  # resumable: nothing left to run
+    assert again.returncode == 0 and again.stderr.count(" 0 to run [smoke]") + again.stdout.count(" 0 to run [smoke]") == 2
+
+
 def test_tune_runs_resumes_and_retrains(tmp_path):
     db = tmp_path / "mlflow.db"
     base = ["tune", "privacy.scope=paper", *FAST, "constraint.gamma=0.5", "method.max_steps=30", "tune.trial_seeds=1", "tune.seeds=2", "tune.study=t",
