@@ -93,13 +93,21 @@ EVAL_STEPS = 4.0
 JOB_OVERHEAD = 0.03
 
 
-def run_cost(cfg: Mapping[str, Any]) -> float:
+def run_cost(cfg: Mapping[str, Any], *, unknown_steps: float | None = None) -> float:
     """A run's relative training cost: its steps, each evaluation counted as
-    :data:`EVAL_STEPS` steps (``method.steps`` null: ``method.max_steps``, the most it may take)."""
+    :data:`EVAL_STEPS` steps.  ``method.steps`` null (the privacy plan picks T from the data):
+    ``unknown_steps`` (the sweep's other jobs' mean), else ``method.max_steps``, the most it
+    may take (fig5_heart's RaCO-DP runs: T = 869 of at most 3 000)."""
     method = cfg.get("method") or {}
-    steps = float(method.get("steps") or method.get("max_steps") or 1000)
+    steps = float(method.get("steps") or unknown_steps or method.get("max_steps") or 1000)
     every = float(method.get("eval_every") or steps)
     return steps * (1.0 + EVAL_STEPS / max(every, 1.0))
+
+
+def known_steps(cfgs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The mean ``method.steps`` of the configs that set it (None when none does)."""
+    steps = [float(s) for c in cfgs if (s := (c.get("method") or {}).get("steps"))]
+    return sum(steps) / len(steps) if steps else None
 
 
 def lpt_makespan(costs: Sequence[float], workers: int) -> float:

@@ -56,6 +56,7 @@ from raco_cli.cli.sweep_plan import (
     balance,
     group_key,
     group_members,
+    known_steps,
     plan_jobs,
     run_cost,
     split_evenly,
@@ -267,24 +268,29 @@ class RacoSweeper(Sweeper):
             return [o for o, _ in jobs]
         groups: OrderedDict[str, list[int]] = OrderedDict()
         launches: list[tuple[float, int, list[str]]] = []  # (estimated cost, first job number, overrides)
+        unknown = known_steps([cfg for _, cfg in jobs])
+
+        def cost(num: int) -> float:
+            return run_cost(jobs[num][1], unknown_steps=unknown)
+
         for num, (overrides, cfg) in enumerate(jobs):
             key = group_key(cfg) if self.group is True or grids[num] in self.group else None
             if key is None:
-                launches.append((run_cost(cfg), num, [*overrides, f"hydra.sweep.subdir={num}"]))
+                launches.append((cost(num), num, [*overrides, f"hydra.sweep.subdir={num}"]))
             else:
                 groups.setdefault(key, []).append(num)
         workers = self._workers()
-        chunks = [(chunk, run_cost(jobs[chunk[0]][1])) for nums in groups.values() for chunk in split_evenly(nums, self.group_max_runs)]
+        chunks = [(chunk, cost(chunk[0])) for nums in groups.values() for chunk in split_evenly(nums, self.group_max_runs)]
         n_groups = 0
         for chunk in balance(chunks, workers):  # cut so that parallel workers finish together
-            cost = len(chunk) * run_cost(jobs[chunk[0]][1])
+            total = len(chunk) * cost(chunk[0])
             if len(chunk) == 1:
-                launches.append((cost, chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
+                launches.append((total, chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
                 continue
             members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1]} for num in chunk]
             path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
             # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
-            launches.append((cost, chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
+            launches.append((total, chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
             n_groups += 1
         # parallel workers take the costliest jobs first (the tail is then short); one worker
         # (the basic launcher, Table 2's timings) keeps the sweep's order.  Every run keeps its job

@@ -223,10 +223,14 @@ def test_lpt_makespan_is_the_wall_time_of_workers_taking_the_next_job():
 
 
 def test_run_cost_counts_steps_and_evaluations():
-    from raco_cli.cli.sweep_plan import EVAL_STEPS, run_cost
+    from raco_cli.cli.sweep_plan import EVAL_STEPS, known_steps, run_cost
 
     assert run_cost({"method": {"steps": 400, "eval_every": 5}}) == 400 * (1 + EVAL_STEPS / 5)
     assert run_cost({"method": {"steps": None, "max_steps": 3000, "eval_every": 50}}) == 3000 * (1 + EVAL_STEPS / 50)
+    # T left to the privacy plan: the sweep's other jobs' mean steps (fig5_heart: RaCO-DP beside SGDA's 600)
+    assert run_cost({"method": {"steps": None, "max_steps": 3000, "eval_every": 50}}, unknown_steps=600) == 600 * (1 + EVAL_STEPS / 50)
+    assert known_steps([{"method": {"steps": None}}, {"method": {"steps": 600}}, {"method": {"steps": 400}}]) == 500
+    assert known_steps([{"method": {"steps": None}}]) is None
 
 
 @pytest.mark.parametrize("workers", [1, 2])
