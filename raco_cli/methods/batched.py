@@ -46,7 +46,7 @@ from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds
 from raco_cli.methods.timing import StepClock
-from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many
+from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many, split_constants
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
@@ -207,6 +207,10 @@ class GroupEvaluator:
                 X = X.copy()
                 X[:, : self.m] = np.clip((X[:, : self.m].astype(np.float64) + 1.0) / 2.0, 0.0, 1.0).astype(np.float32)
             self.X[split] = torch.as_tensor(X, device=device)
+        # each split's labels, groups and what the evaluations derive from them alone, once
+        self.labels = {split: (data.y[np.asarray(data.splits[split])], data.group[np.asarray(data.splits[split])]) for split in self.X}
+        self.constants = {split: split_constants(y, g, members[0].constraints, len(data.group_names))
+                          for split, (y, g) in self.labels.items()} if data.n_classes == 2 else {}
         if self.m:
             self.mean = torch.as_tensor(np.stack([mb.scaling[0] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
             self.std = torch.as_tensor(np.stack([mb.scaling[1] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
@@ -236,21 +240,23 @@ class GroupEvaluator:
         data = self.data
         binary = W.shape[1] == 2
         for split in self.X:
-            idx = np.asarray(data.splits[split])
+            y, group = self.labels[split]
             Z = self.logits(W, b, split)
             if self.model_scope and split == "val":  # only the correct count is used (privately)
                 pred = (Z > 0) if binary else Z.argmax(axis=2)
-                acc = (pred == data.y[idx]).mean(axis=1) if len(idx) else np.full(R, np.nan)
+                acc = (pred == y).mean(axis=1) if len(y) else np.full(R, np.nan)
                 for r in range(R):
-                    out[r][split] = {"n": int(len(idx)), "accuracy": float(acc[r])}
+                    out[r][split] = {"n": int(len(y)), "accuracy": float(acc[r])}
                 continue
-            evaluate_split = evaluate_binary_many if binary else evaluate_many
             for lo in range(0, R, EVAL_RUNS):  # a few runs at a time: their (n,) arrays stay in cache
-                metrics = evaluate_split(
-                    Z[lo : lo + EVAL_RUNS], data.y[idx], data.group[idx], constraints=[m.constraints for m in self.members[lo : lo + EVAL_RUNS]],
-                    temperatures=[m.spec.temperature for m in self.members[lo : lo + EVAL_RUNS]], group_names=data.group_names,
-                    class_names=data.class_names,
-                )
+                chunk = self.members[lo : lo + EVAL_RUNS]
+                constraints, temperatures = [m.constraints for m in chunk], [m.spec.temperature for m in chunk]
+                if binary:
+                    metrics = evaluate_binary_many(Z[lo : lo + EVAL_RUNS], y, group, constraints=constraints, temperatures=temperatures,
+                                                   group_names=data.group_names, class_names=data.class_names, split=self.constants.get(split))
+                else:
+                    metrics = evaluate_many(Z[lo : lo + EVAL_RUNS], y, group, constraints=constraints, temperatures=temperatures,
+                                            group_names=data.group_names, class_names=data.class_names)
                 for r, m in enumerate(metrics, start=lo):
                     out[r][split] = m
         return out

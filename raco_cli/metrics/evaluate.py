@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,7 @@ def _spreads(rates: np.ndarray) -> np.ndarray:
     return np.where(finite.sum(axis=1) >= 2, hi - lo, 0.0)
 
 
-def _binary_rates(y: np.ndarray, pred: np.ndarray, onehot_group: np.ndarray) -> dict[str, np.ndarray]:
+def _binary_rates(y: np.ndarray, pred: np.ndarray, onehot_group: np.ndarray, split: SplitConstants | None = None) -> dict[str, np.ndarray]:
     """Every rate a binary evaluation reports, of R runs, from one product: the counts of
     predicted positives in each (group, label) cell (exact integers in float32 below 2^24
     rows, so each rate is the same integer ratio the definitions give).
@@ -103,10 +104,14 @@ def _binary_rates(y: np.ndarray, pred: np.ndarray, onehot_group: np.ndarray) -> 
     overall ``accuracy``, ``fnr`` and ``fpr`` (R,)."""
     R, n = pred.shape
     G = onehot_group.shape[1]
-    by_label = np.stack([onehot_group * (y == 0)[:, None], onehot_group * (y == 1)[:, None]], axis=2).reshape(n, 2 * G)
-    cell_n = by_label.sum(axis=0).reshape(G, 2)  # rows per (group, label)
     exact = n < 2**24
-    pos = ((pred.astype(np.float32) @ by_label.astype(np.float32)).astype(np.float64) if exact
+    if split is not None and exact:
+        by_label32, cell_n = split.by_label, split.cell_rows
+    else:
+        by_label = _by_label(y, onehot_group)
+        cell_n = by_label.sum(axis=0).reshape(G, 2)  # rows per (group, label)
+        by_label32 = by_label.astype(np.float32)
+    pos = ((pred.astype(np.float32) @ by_label32).astype(np.float64) if exact
            else (pred == 1) @ by_label).reshape(R, G, 2)  # predicted positives per (group, label)
     fp, tp = pos[..., 0], pos[..., 1]
     neg_n, pos_n = cell_n[:, 0], cell_n[:, 1]
@@ -155,6 +160,36 @@ def _onehot(index: np.ndarray, width: int) -> np.ndarray:
     out = np.zeros((len(index), width))
     out[np.arange(len(index)), index] = 1.0
     return out
+
+
+@dataclass(frozen=True)
+class SplitConstants:
+    """What an evaluation of a split derives from its labels, groups and constraint cells
+    alone: the same at every evaluation of a training run (a 160-run group evaluates each split
+    ~80 times, in chunks of runs: ~1 s of a group recomputed these).  :func:`split_constants`
+    builds them; the evaluations take them or build their own, with the same values."""
+
+    group_hot: np.ndarray  # (n, G) one-hot groups
+    by_label: np.ndarray  # (n, 2G) float32 indicators of the (group, label) cells, label fastest
+    cell_rows: np.ndarray  # (G, 2) rows per (group, label)
+    cellhot: np.ndarray | None  # (n, Q) one-hot constraint cells (None: no constraint)
+    cell_n: np.ndarray | None  # (Q,) rows per constraint cell
+
+
+def split_constants(y: np.ndarray, group: np.ndarray, constraints: ConstraintSet, n_groups: int) -> SplitConstants:
+    """:class:`SplitConstants` of a split (``constraints``: the runs' shared partition)."""
+    y, group = np.asarray(y), np.asarray(group)
+    group_hot = _onehot(group, n_groups)
+    by_label = _by_label(y, group_hot)
+    cellhot = None if constraints.is_empty else _onehot(constraints.cells(y, group), constraints.Q)
+    return SplitConstants(group_hot=group_hot, by_label=by_label.astype(np.float32), cell_rows=by_label.sum(axis=0).reshape(n_groups, 2),
+                          cellhot=cellhot, cell_n=None if cellhot is None else cellhot.sum(axis=0))
+
+
+def _by_label(y: np.ndarray, onehot_group: np.ndarray) -> np.ndarray:
+    """(n, 2G) float64 indicators of the (group, label) cells of a binary task, label fastest."""
+    n, G = onehot_group.shape
+    return np.stack([onehot_group * (y == 0)[:, None], onehot_group * (y == 1)[:, None]], axis=2).reshape(n, 2 * G)
 
 
 def evaluate(
@@ -242,19 +277,24 @@ def evaluate_binary_many(
     group_names: Sequence[str],
     class_names: Sequence[str] | None = None,
     robust: bool = False,
+    split: SplitConstants | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`evaluate_many` of a binary task from the margins ``z_1 - z_0`` (R, n): the
     softmax of two logits is the logistic function of their difference, so an evaluation
     needs one array per run, not two (``p_1 = 1 / (1 + exp(-tau d))``, the loss
-    ``-log p_y = log(1 + exp(-(2y - 1) d))``, the arg-max ``d > 0``, ties to class 0)."""
+    ``-log p_y = log(1 + exp(-(2y - 1) d))``, the arg-max ``d > 0``, ties to class 0).
+    ``split``: the split's :class:`SplitConstants` (built here when None)."""
     d = np.asarray(margin, dtype=np.float64)
     y, group = np.asarray(y), np.asarray(group)
     pred = (d > 0).astype(np.int64)
     nll, soft = logistic_terms(d, y, None if constraints[0].is_empty else np.asarray(temperatures, dtype=np.float64))
     hists = []
     if soft is not None:
-        cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
-        cell_n = cellhot.sum(axis=0)  # (Q,) rows per cell: class-0 mass = rows - class-1 mass
+        if split is not None and split.cellhot is not None:
+            cellhot, cell_n = split.cellhot, split.cell_n
+        else:
+            cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
+            cell_n = cellhot.sum(axis=0)  # (Q,) rows per cell: class-0 mass = rows - class-1 mass
         for p1 in (pred.astype(np.float64), soft):
             ones = p1 @ cellhot
             hists.append(np.stack([cell_n - ones, ones], axis=2))  # (R, Q, 2)
@@ -264,12 +304,13 @@ def evaluate_binary_many(
             p1 = 1.0 / (1.0 + np.exp(-d))  # class-1 probability at temperature 1 (ROC AUC)
         probs = np.stack([1.0 - p1, p1], axis=2)
     return _assemble(y, group, pred, nll, hists, probs, n_classes=2, constraints=constraints,
-                     group_names=group_names, class_names=class_names)
+                     group_names=group_names, class_names=class_names, split=split)
 
 
 def _assemble(
     y: np.ndarray, group: np.ndarray, pred: np.ndarray, nll: np.ndarray, hists: list[np.ndarray], probs: np.ndarray | None, *,
     n_classes: int, constraints: Sequence[ConstraintSet], group_names: Sequence[str], class_names: Sequence[str] | None,
+    split: SplitConstants | None = None,
 ) -> list[dict[str, Any]]:
     """The per-run metric dicts from predictions (R, n), per-row losses (R, n), the exact
     hard and soft histograms (R, Q, K) of the split (none without constraints) and the class
@@ -281,9 +322,9 @@ def _assemble(
     values: dict[str, np.ndarray] = {}
     for i, kind in enumerate(("hard", "soft")):
         values[kind] = _gamma_post_many(constraints[0], hists[i]) if hists else np.zeros((R, 0))
-    group_hot = _onehot(group, n_groups)
+    group_hot = split.group_hot if split is not None else _onehot(group, n_groups)
     if K == 2:  # every rate from one product of per-(group, label) counts
-        binary = _binary_rates(y, pred, group_hot)
+        binary = _binary_rates(y, pred, group_hot, split)
         fair = _fairness_many(y, pred, group_hot, n_classes=K, binary=binary)
         accuracy, acc_g, pos_g = binary["accuracy"], binary["correct"], binary["positive"]
     else:

@@ -151,3 +151,22 @@ def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return (np.isnan(a) and np.isnan(b)) or abs(a - b) <= 1e-12 * max(1.0, abs(b))
     return a == b
+
+
+@pytest.mark.parametrize("kind", ["eo", "dp", "fnr", "none"])
+def test_a_splits_constants_built_once_give_the_same_metrics_bit_for_bit(kind):
+    """A sweep group builds each split's :class:`SplitConstants` once for all its evaluations;
+    its metrics must be exactly those of an evaluation that builds its own (including a group
+    absent from the split, and no constraint)."""
+    from raco_cli.metrics.evaluate import evaluate_binary_many, split_constants
+
+    rng = np.random.default_rng(7)
+    n, R, G = 900, 4, 3
+    y = rng.integers(0, 2, n)
+    group = rng.integers(0, G - 1, n)  # the last group has no rows here
+    d = rng.normal(0.0, 2.0, (R, n))
+    cs = [build(kind, n_classes=2, n_groups=G, gamma=0.02 * (r + 1)) for r in range(R)]
+    kwargs = {"constraints": cs, "temperatures": [1.0 + r for r in range(R)], "group_names": ("a", "b", "c")}
+    with_constants = evaluate_binary_many(d, y, group, split=split_constants(y, group, cs[0], G), **kwargs)
+    own = evaluate_binary_many(d, y, group, **kwargs)
+    assert repr(with_constants) == repr(own)
