@@ -140,6 +140,34 @@ def test_calibration_stops_at_the_noise_floor():
     assert accountant.epsilon(events.repeated(make(s), 10), 1e-5) < 200.0
 
 
+def test_calibration_is_searched_once_per_mechanism_and_budget():
+    """A sweep group's runs that differ only where the accounting does not look calibrate once;
+    a step that scales other noise (same event at s = 1) or another budget is searched anew."""
+    calls = []
+
+    def both(s):
+        calls.append(s)
+        return events.raco_step(sample_rate=0.03, noise_multiplier=1.1 * s, hist_noise_multiplier=2.3 * s, sampling="independent")
+
+    def gradient_only(s):
+        calls.append(s)
+        return events.raco_step(sample_rate=0.03, noise_multiplier=1.1 * s, hist_noise_multiplier=2.3, sampling="independent")
+
+    budget = accountant.Budget(eps=1.7, delta=1e-5)
+    first = accountant.calibrate_noise_scale(both, budget, steps=97, sample_rate=0.03)
+    searched = len(calls)
+    calls.clear()
+    assert accountant.calibrate_noise_scale(both, budget, steps=97, sample_rate=0.03) == first
+    assert sorted(calls) == [1.0, 2.0] and searched > 4  # only the key's two events
+    calls.clear()
+    other = accountant.calibrate_noise_scale(gradient_only, budget, steps=97, sample_rate=0.03)
+    assert len(calls) > 4 and other != first
+    assert accountant.epsilon(events.repeated(gradient_only(other), 97), 1e-5) <= 1.7
+    calls.clear()
+    accountant.calibrate_noise_scale(both, accountant.Budget(eps=1.8, delta=1e-5), steps=97, sample_rate=0.03)
+    assert len(calls) > 4
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     q=st.floats(0.005, 0.2),
