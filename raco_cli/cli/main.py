@@ -132,13 +132,22 @@ def _train_sweeps(argv: list[str], names: list[str]) -> int:
     overrides.  Their parallel workers (joblib's processes) stay up from one sweep to the next,
     so torch, MLflow and the datasets are loaded once, not once per sweep (~10 s a sweep on 2
     cores; ``make reproduce`` runs its 12 sweeps this way).  Every sweep is validated before
-    any runs; a sweep whose jobs fail does not stop the next; the exit code is 1 when any did."""
+    any runs; a sweep whose jobs fail does not stop the next; the exit code is 1 when any did.
+    A ``hydra.sweep.dir`` given on the command line gets the sweep's name appended, so the
+    sweeps' run directories (``<sweep dir>/<job number>``) never overwrite each other."""
     import time
     import traceback
 
     from raco_cli.cli.validate import expand_shorthands
 
-    per_sweep = [expand_shorthands([f"+sweep={name}" if a.startswith("+sweep=") else a for a in argv]) for name in names]
+    def one(name: str, a: str) -> str:
+        if a.startswith("+sweep="):
+            return f"+sweep={name}"
+        if a.startswith("hydra.sweep.dir="):  # each sweep in its own directory under the one given
+            return f"{a.rstrip('/')}/{name}"
+        return a
+
+    per_sweep = [expand_shorthands([one(name, a) for a in argv]) for name in names]
     for args in per_sweep:
         _validate(args)
     failed, took = [], []

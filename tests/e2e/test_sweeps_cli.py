@@ -185,6 +185,11 @@ def test_several_sweep_files_in_one_command(tmp_path):
         assert runs and all(r.info.status == "FINISHED" and r.data.params["method.name"] == "sgda" for r in runs), experiment
     again = raco("train", "+sweep=fig4_adult,fig5_adult", *common, cwd=tmp_path)  # resumable: nothing left to run
     assert again.returncode == 0 and again.stderr.count(" 0 to run [smoke]") + again.stdout.count(" 0 to run [smoke]") == 2
+    # one sweep directory given: each sweep in its own subdirectory, no run directory shared
+    fixed = raco("train", "+sweep=fig4_adult,fig5_adult", *common, "hydra.sweeper.resume=false", f"hydra.sweep.dir={tmp_path / 's'}",
+                 cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert (tmp_path / "s" / "fig4_adult" / "0" / "summary.json").exists() and (tmp_path / "s" / "fig5_adult" / "0" / "summary.json").exists()
 
 
 def test_tune_runs_resumes_and_retrains(tmp_path):
