@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 _BUSY_TIMEOUT_S = 20.0  # as the writers' (parallel group jobs hold the lock while they flush)
-# a run's experiment by name, not deleted (MLflow's search_runs: active runs only); ordered as
-# search_runs orders them: newest start first, then by id
+# the runs of an experiment by name, not deleted (MLflow's search_runs: active runs only)
 _RUNS = ("SELECT r.run_uuid, r.status FROM experiments e JOIN runs r ON r.experiment_id = e.experiment_id"
          " WHERE e.name = ? AND r.lifecycle_stage = 'active'")
 
@@ -60,10 +59,9 @@ def run_records(db: Path, experiment: str) -> list[dict[str, Any]]:
     ``params``, ``metrics`` (the latest values; NaN stored as MLflow stores it: ``is_nan``)
     and ``tags``."""
     with _connect(db) as conn:
-        runs = conn.execute(f"{_RUNS.replace('SELECT r.run_uuid, r.status', 'SELECT r.run_uuid, r.status, r.start_time')}"
-                            " ORDER BY r.start_time DESC, r.run_uuid", (experiment,)).fetchall()
-        records = {run_id: {"run_id": run_id, "status": status, "params": {}, "metrics": {}, "tags": {}}
-                   for run_id, status, _ in runs}
+        # search_runs' order: newest start first, then by id
+        runs = conn.execute(f"{_RUNS} ORDER BY r.start_time DESC, r.run_uuid", (experiment,)).fetchall()
+        records = {run_id: {"run_id": run_id, "status": status, "params": {}, "metrics": {}, "tags": {}} for run_id, status in runs}
         scope = f"SELECT run_uuid FROM ({_RUNS})"
         for run_id, key, value in conn.execute(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({scope})", (experiment,)):
             records[run_id]["tags"][key] = value
