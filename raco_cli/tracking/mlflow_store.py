@@ -9,6 +9,7 @@ record that failed.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -124,6 +125,14 @@ def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[st
 
 
 _PARAM_NAME = re.compile(r"[^\w\-. :/]")  # what MLflow accepts in param/metric names
+
+
+@functools.lru_cache(maxsize=4096)
+def _metric_name(key: str) -> str:
+    """A metric name MLflow accepts: names built from data names (a group "F&M", a class
+    ">50K") get "_" for the characters MLflow refuses (a run logs the same few names at
+    every evaluation: cached)."""
+    return _PARAM_NAME.sub("_", key)
 
 
 def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -399,14 +408,13 @@ class RunRecorder:
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
         """Log now, or keep for :meth:`flush` when the recorder is ``buffered``."""
+        ts = self._fixed_ts if self._fixed_ts is not None else int(time.time() * 1000)
+        if self.buffered:  # plain (key, value, timestamp, step) rows: a group buffers ~500 000 of them
+            self._pending.extend((_metric_name(k), float(v), ts, step) for k, v in metrics.items())
+            return
         from mlflow.entities import Metric
 
-        ts = self._fixed_ts if self._fixed_ts is not None else int(time.time() * 1000)
-        # names built from data names (a group "F&M", a class ">50K"): characters MLflow refuses become "_"
-        batch = [Metric(_PARAM_NAME.sub("_", k), float(v), ts, step) for k, v in metrics.items()]
-        if self.buffered:
-            self._pending.extend(batch)
-            return
+        batch = [Metric(_metric_name(k), float(v), ts, step) for k, v in metrics.items()]
         for start in range(0, len(batch), 500):
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 

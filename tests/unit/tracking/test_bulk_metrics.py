@@ -69,13 +69,19 @@ def no_fallback(monkeypatch):
     monkeypatch.setattr(bulk_metrics, "_per_run", refuse)
 
 
-def test_same_rows_and_latest_values_as_log_batch(store, no_fallback):
+def _plain(metrics):
+    """The (key, value, timestamp, step) tuples a buffered recorder keeps."""
+    return [(m.key, m.value, m.timestamp, m.step) for m in metrics]
+
+
+@pytest.mark.parametrize("form", [list, _plain])
+def test_same_rows_and_latest_values_as_log_batch(store, no_fallback, form):
     c, exp = store
     ref, bulk = c.create_run(exp).info.run_id, c.create_run(exp).info.run_id
     for run_id in (ref, bulk):
         c.log_batch(run_id, metrics=EARLIER)
     c.log_batch(ref, metrics=BATCH)
-    log_metrics_bulk(c, {bulk: BATCH})
+    log_metrics_bulk(c, {bulk: form(BATCH)})
     assert _state(c, bulk) == _state(c, ref)
     latest, hist = _state(c, bulk)
     assert latest["train/accuracy"] == 0.7 and latest["test/tie"] == 2.0 and latest["old/newer_in_store"] == 9.0
@@ -95,14 +101,16 @@ def test_many_runs_in_chunks(store, monkeypatch, no_fallback):
         assert all(len(h) == 4 for h in hist.values())
 
 
-def test_rows_already_stored_fall_back_to_log_batch(store):
-    """A batch repeating stored rows would break the primary key: MLflow's path skips them."""
+@pytest.mark.parametrize("form", [list, _plain])
+def test_rows_already_stored_fall_back_to_log_batch(store, form):
+    """A batch repeating stored rows would break the primary key: MLflow's path skips them
+    (plain tuples become MLflow's entities for it)."""
     c, exp = store
     ref, bulk = c.create_run(exp).info.run_id, c.create_run(exp).info.run_id
     for run_id in (ref, bulk):
         c.log_batch(run_id, metrics=BATCH[:3])
     c.log_batch(ref, metrics=BATCH)
-    log_metrics_bulk(c, {bulk: BATCH})
+    log_metrics_bulk(c, {bulk: form(BATCH)})
     assert _state(c, bulk) == _state(c, ref)
 
 
