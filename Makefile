@@ -91,11 +91,33 @@ empty :=
 space := $(empty) $(empty)
 comma := ,
 
-# the sweeps run in one `raco train +sweep=a,b,...` (its parallel workers, with torch, MLflow and
-# the datasets loaded, stay up from one sweep to the next), the figures in one `raco figures`
+# The sweeps run in two chains side by side, one core each, when there are two cores (RACO_JOBS
+# or the affinity): a sweep's parallel workers wait at its end for its slowest job, whole sweeps
+# side by side do not.  A chain is one `raco train +sweep=a,b,...` (torch, MLflow and the datasets
+# load once per chain); its output lines are prefixed [1] or [2].  The chains are balanced by the
+# sweeps' measured costs (docs/reproduction.md); a view of a sweep's runs (fig2b, fig3: they
+# reuse fig4_adult's runs) comes after that sweep in its chain; a sweep not named below goes to
+# chain 1; Table 2 (timings) runs alone after both.  On one core: one chain.  Figures: one
+# `raco figures`.
+REPRODUCE_CHAIN_2 := fig4_credit fig5_heart fig8b_hard_soft fig9_low_eps
+REPRODUCE_ALONE := table2_timing
+reproduce_alone = $(filter $(REPRODUCE_ALONE),$(REPRODUCE))
+reproduce_chain_2 = $(filter $(REPRODUCE_CHAIN_2),$(REPRODUCE))
+reproduce_chain_1 = $(filter-out $(REPRODUCE_CHAIN_2) $(REPRODUCE_ALONE),$(REPRODUCE))
+sweep_list = +sweep=$(subst $(space),$(comma),$(strip $(1)))
+REPRODUCE_TRAIN = $(RACO) train $(call sweep_list,$(1)) $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS)
+
 reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; resumable; total wall time at the end [SMOKE=1] [REPRODUCE="fig4_adult ..."]
 	@start=$$(date +%s); failed=""; \
-	$(RACO) train +sweep=$(subst $(space),$(comma),$(strip $(REPRODUCE))) $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS) || failed="$$failed sweeps"; \
+	cores=$$($(BIN)/python -c 'from raco_cli.cli.paths import cpu_count; print(cpu_count())'); \
+	if [ "$$cores" -ge 2 ] && [ -n "$(strip $(reproduce_chain_1))" ] && [ -n "$(strip $(reproduce_chain_2))" ]; then \
+	  ( RACO_JOBS=1 OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_1)) 2>&1 | sed -u 's/^/[1] /'; exit $${PIPESTATUS[0]} ) & one=$$!; \
+	  ( RACO_JOBS=1 OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_2)) 2>&1 | sed -u 's/^/[2] /'; exit $${PIPESTATUS[0]} ) & two=$$!; \
+	  wait $$one || failed="$$failed sweeps"; wait $$two || failed="$$failed sweeps"; \
+	elif [ -n "$(strip $(reproduce_chain_1) $(reproduce_chain_2))" ]; then \
+	  $(call REPRODUCE_TRAIN,$(reproduce_chain_1) $(reproduce_chain_2)) || failed="$$failed sweeps"; \
+	fi; \
+	$(if $(strip $(reproduce_alone)),$(call REPRODUCE_TRAIN,$(reproduce_alone)) || failed="$$failed sweeps";) \
 	$(RACO) figures $(REPRODUCE) $(if $(SMOKE),--smoke,--small) --out $(REPRODUCE_FIGURES) --no-log || failed="$$failed figures"; \
 	elapsed=$$(( $$(date +%s) - start )); \
 	$(RACO) report --reproduction $(if $(SMOKE),--smoke) --wall-time $$elapsed --sweeps "$(REPRODUCE)" || failed="$$failed report"; \
