@@ -99,7 +99,7 @@ comma := ,
 # reuse fig4_adult's runs) comes after that sweep in its chain; a sweep not named below goes to
 # chain 1; Table 2 (timings) runs alone after both.  On one core: one chain.  Figures: one
 # `raco figures`.
-REPRODUCE_CHAIN_2 := fig4_credit fig5_heart fig8b_hard_soft fig9_low_eps
+REPRODUCE_CHAIN_2 := fig4_credit fig5_heart fig8b_hard_soft fig9_low_eps fig8a_clipping
 REPRODUCE_ALONE := table2_timing
 reproduce_alone = $(filter $(REPRODUCE_ALONE),$(REPRODUCE))
 reproduce_chain_2 = $(filter $(REPRODUCE_CHAIN_2),$(REPRODUCE))
