@@ -148,14 +148,22 @@ def aggregate(points: Sequence[RunPoint]) -> list[AggPoint]:
     return out
 
 
+def curve_order(method: str, series: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Curves by method, then series values (numbers ascending, then text, then unset): the
+    order in which the store lists its runs must not reorder a figure's curves, their line
+    styles and legend, or a table's rows."""
+    return (method, *((0, float(v), "") if isinstance(v, (int, float)) else (1 if v is not None else 2, 0.0, str(v)) for v in series))
+
+
 def curves(agg: Sequence[AggPoint]) -> OrderedDict[tuple[str, tuple[Any, ...]], list[AggPoint]]:
-    """Aggregated points per curve (method, series), each sorted by x."""
-    out: OrderedDict[tuple[str, tuple[Any, ...]], list[AggPoint]] = OrderedDict()
+    """Aggregated points per curve (method, series), curves in :func:`curve_order`, each
+    curve's points sorted by x."""
+    out: dict[tuple[str, tuple[Any, ...]], list[AggPoint]] = {}
     for a in agg:
         out.setdefault((a.method, a.series), []).append(a)
     for key in out:
         out[key].sort(key=lambda a: (a.x.mean, -a.y.mean))
-    return out
+    return OrderedDict(sorted(out.items(), key=lambda kv: curve_order(*kv[0])))
 
 
 def front_of(points: Sequence[AggPoint], *, maximize_y: bool = True) -> list[int]:

@@ -127,12 +127,6 @@ def answer(query: Query, records: Sequence[Mapping[str, Any]], spec: FigureSpec)
     return _cell(best, _x_short(x_metric))
 
 
-def _curve_order(method: str, series: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Rows by method, then series values (numbers ascending, then text, then unset): the order
-    of the store's runs must not reorder a regenerated table."""
-    return (method, *((0, float(v), "") if isinstance(v, (int, float)) else (1 if v is not None else 2, 0.0, str(v)) for v in series))
-
-
 def _tradeoff_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, published: Sequence[PublishedPoint]) -> list[str]:
     thresholds = THRESHOLDS.get(spec.name) or THRESHOLDS.get(spec.x_metric, (None,))
     minimize = spec.y == "error"
@@ -140,7 +134,7 @@ def _tradeoff_table(records: Sequence[Mapping[str, Any]], spec: FigureSpec, publ
     head = [f"best test {spec.y} at mean test {xs} ≤ t"] + ["any" if t is None else f"t = {t:g}" for t in thresholds]
     rows = ["| " + " | ".join(["curve", *head[1:]]) + " |", "|" + "---|" * len(head)]
     pts = run_points(records, x_metric=spec.x_metric, y=spec.y, series=spec.series, where=spec.where)
-    for (method, series), cpts in sorted(curves(aggregate(pts)).items(), key=lambda kv: _curve_order(*kv[0])):
+    for (method, series), cpts in curves(aggregate(pts)).items():  # (in curve_order: rows do not follow the store's order)
         cells = [_cell(best_point(cpts, t, minimize_y=minimize), xs) for t in thresholds]
         rows.append("| " + " | ".join([_curve_label(method, series, spec.series), *cells]) + " |")
     by_curve: dict[tuple[str, float], list[PublishedPoint]] = {}

@@ -80,3 +80,27 @@ def test_mean_ci_edge_cases():
     assert mean_ci([0.5]).ci == 0.0 and mean_ci([0.5]).mean == 0.5
     assert math.isnan(mean_ci([]).mean) and mean_ci([math.nan, None]).n == 0
     assert mean_ci([1.0, math.inf, 3.0]).n == 2
+
+
+def _record(method: str, eps: str | None, gamma: float, seed: int, x: float, y: float) -> dict:
+    private = eps is not None
+    params = {"method.name": method, "constraint.gamma": str(gamma), "seed": str(seed), **({"eps": eps} if private else {})}
+    return {"status": "FINISHED", "params": params, "tags": {"method": method, "private": str(private).lower()},
+            "metrics": {"final/test/accuracy": y, "final/test/dp_gap": x}}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_curves_do_not_follow_the_order_of_the_runs(rnd):
+    """A figure's curves (their line styles and legend) and a report's rows come in one order
+    whatever order the store lists the runs in (seen: two `make reproduce` with the legend of
+    fig5_adult swapped)."""
+    from raco_cli.figures.aggregate import aggregate, curves, run_points
+
+    records = [_record(m, e, g, s, 0.01 * s + g, 0.8 + g) for m, eps in (("raco_dp", ("9", "1", "0.5")), ("sgda", (None,)))
+               for e in eps for g in (0.05, 0.1) for s in range(2)]
+    shuffled = list(records)
+    rnd.shuffle(shuffled)
+    keys = [list(curves(aggregate(run_points(r, x_metric="dp_gap")))) for r in (records, shuffled)]
+    assert keys[0] == keys[1]
+    assert keys[0] == [("raco_dp", (0.5,)), ("raco_dp", (1.0,)), ("raco_dp", (9.0,)), ("sgda", (None,))]
