@@ -91,9 +91,9 @@ empty :=
 space := $(empty) $(empty)
 comma := ,
 
-# The sweeps run in two chains side by side, one core each, when there are two cores (RACO_JOBS
-# or the affinity): a sweep's parallel workers wait at its end for its slowest job, whole sweeps
-# side by side do not.  A chain is one `raco train +sweep=a,b,...` (torch, MLflow and the datasets
+# The sweeps run in two chains side by side, each on half the cores (RACO_JOBS or the affinity;
+# one torch thread per worker), when there are two or more: a sweep's parallel workers wait at its
+# end for its slowest job, whole sweeps side by side do not.  A chain is one `raco train +sweep=a,b,...` (torch, MLflow and the datasets
 # load once per chain); its output lines are prefixed [1] or [2].  The chains are balanced by the
 # sweeps' measured costs (docs/reproduction.md); a view of a sweep's runs (fig2b, fig3: they
 # reuse fig4_adult's runs) comes after that sweep in its chain; a sweep not named below goes to
@@ -111,8 +111,8 @@ reproduce: $(STAMP) ## every CPU sweep, figure and docs/reproduction.md table; r
 	@start=$$(date +%s); failed=""; \
 	cores=$$($(BIN)/python -c 'from raco_cli.cli.paths import cpu_count; print(cpu_count())'); \
 	if [ "$$cores" -ge 2 ] && [ -n "$(strip $(reproduce_chain_1))" ] && [ -n "$(strip $(reproduce_chain_2))" ]; then \
-	  ( RACO_JOBS=1 OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_1)) 2>&1 | sed -u 's/^/[1] /'; exit $${PIPESTATUS[0]} ) & one=$$!; \
-	  ( RACO_JOBS=1 OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_2)) 2>&1 | sed -u 's/^/[2] /'; exit $${PIPESTATUS[0]} ) & two=$$!; \
+	  ( RACO_JOBS=$$((cores / 2)) OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_1)) 2>&1 | sed -u 's/^/[1] /'; exit $${PIPESTATUS[0]} ) & one=$$!; \
+	  ( RACO_JOBS=$$((cores / 2)) OMP_NUM_THREADS=1 $(call REPRODUCE_TRAIN,$(reproduce_chain_2)) 2>&1 | sed -u 's/^/[2] /'; exit $${PIPESTATUS[0]} ) & two=$$!; \
 	  wait $$one || failed="$$failed sweeps"; wait $$two || failed="$$failed sweeps"; \
 	elif [ -n "$(strip $(reproduce_chain_1) $(reproduce_chain_2))" ]; then \
 	  $(call REPRODUCE_TRAIN,$(reproduce_chain_1) $(reproduce_chain_2)) || failed="$$failed sweeps"; \
