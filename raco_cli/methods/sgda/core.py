@@ -166,15 +166,18 @@ def run(
                 counts["laplace_histogram"] += 1
             if on_release is not None:  # before the update: theta_{t-1} produced this histogram
                 on_release(t, "histogram", H)
+            # on the CPU numpy arrays: the (J,) bookkeeping and the weights stay in numpy (~1 us an op instead of ~5)
             weights, g_dual = ops.step(H, lam, floor=spec.denominator_floor)
-            if g_dual.device.type == "cpu":  # the (J,) bookkeeping in numpy: ~1 us an op instead of ~5
-                g_dual = g_dual.numpy()
             violation_sum = (g_dual.copy() if isinstance(g_dual, np.ndarray) else g_dual.clone()) if violation_sum is None else violation_sum + g_dual
             violation_steps += 1
             if b is not None:
                 cells_b = rows.cell_rows(b, batch)
-                w = weights.float()
-                c_rows = small_product(cells_b, w) if cells_b.dim() == 2 else w.index_select(0, cells_b)
+                if isinstance(weights, np.ndarray):
+                    w = weights.astype(np.float32)
+                    c_rows = torch.from_numpy(cells_b.numpy() @ w) if cells_b.dim() == 2 else torch.from_numpy(w[cells_b.numpy()])
+                else:
+                    w = weights.float()
+                    c_rows = small_product(cells_b, w) if cells_b.dim() == 2 else w.index_select(0, cells_b)
         if b is not None:
             res = engine.clipped_sum(
                 **{k: v for k, v in b.items() if k != "cellhot"}, c=c_rows, reg_scale=expected_batch, temperature=spec.temperature, clip_norm=clip, logits=logits,
@@ -270,7 +273,17 @@ def _histogram(logits: torch.Tensor | None, cells: torch.Tensor, Q: int, K: int,
     if spec.dual == "hard":
         probs = nn.functional.one_hot(logits.argmax(dim=1), K).to(logits.dtype)
     else:
-        probs = torch.nan_to_num(row_softmax(logits, spec.temperature) if soft is None else soft, nan=0.0, posinf=0.0, neginf=0.0)
+        probs = row_softmax(logits, spec.temperature) if soft is None else soft
+        if cells.dim() == 2 and cells.device.type == "cpu":  # the same product, and no torch pass over P
+            C, P = cells.numpy(), probs.numpy()
+            H = C.T @ P
+            # a non-finite entry of P makes its column of H non-finite (0 * NaN is NaN), so a
+            # finite H is the product with P's non-finite entries zeroed: the check replaces
+            # nan_to_num on every row
+            if not np.isfinite(H).all():
+                H = C.T @ np.nan_to_num(P, nan=0.0, posinf=0.0, neginf=0.0)
+            return torch.from_numpy(H.astype(np.float64))
+        probs = torch.nan_to_num(probs, nan=0.0, posinf=0.0, neginf=0.0)
     if cells.dim() == 2:  # one-hot cells (n, Q): H = C^T P
         return small_product(cells.t(), probs).double()
     return torch.zeros(Q, K, dtype=probs.dtype, device=device).index_add_(0, cells, probs).double()

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raco_cli.constraints import ConstraintSet, RateConstraint, RateTerm, build, clamp_denominators
+from raco_cli.constraints.rate import cell_weights, denominators, gamma_post
 from raco_cli.errors import ConfigError
 
 
@@ -127,9 +128,15 @@ def test_torch_and_numpy_maths_agree():
     cs = build("dp", n_classes=3, n_groups=3, gamma=0.05)
     rng = np.random.default_rng(3)
     H, lam = rng.normal(3, 2, size=(3, 3)), rng.random(cs.J)
-    w, g = cs.to_torch("cpu").step(torch.tensor(H), torch.tensor(lam), floor=1.0)
-    np.testing.assert_allclose(w.numpy(), cs.cell_weights(H, lam, floor=1.0))
-    np.testing.assert_allclose(g.numpy(), cs.gamma_post(H, floor=1.0) - cs.gamma)
+    w, g = cs.to_torch("cpu").step(torch.tensor(H), torch.tensor(lam), floor=1.0)  # numpy arrays on the CPU
+    np.testing.assert_allclose(w, cs.cell_weights(H, lam, floor=1.0))
+    np.testing.assert_allclose(g, cs.gamma_post(H, floor=1.0) - cs.gamma)
+    # the torch maths (an accelerator's path), on CPU tensors
+    t = cs.to_torch("cpu")
+    H_t, lam_t = torch.tensor(H), torch.tensor(lam)
+    denom = denominators(t.membership, H_t, 1.0)
+    np.testing.assert_allclose(cell_weights(t.membership, t.alpha, H_t, lam_t, 1.0, denom=denom).numpy(), w)
+    np.testing.assert_allclose((gamma_post(t.membership, t.alpha, H_t, 1.0, denom=denom) - t.gamma).numpy(), g)
 
 
 @settings(max_examples=30, deadline=None)

@@ -68,6 +68,23 @@ def test_laplace_noise_on_every_histogram_cell(monkeypatch, synthetic):
     assert np.abs(corr).max() < 0.08  # independent across cells (also across the class axis)
 
 
+@pytest.mark.parametrize("given_soft", [False, True])
+def test_histogram_counts_rows_with_nonfinite_rates_as_zero(given_soft):
+    """A row whose softmax is NaN (non-finite logits) adds nothing to its cell, as
+    ``nan_to_num`` of the rates would make it; the finite rows are counted exactly (eq. 8)."""
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[0.0, 1.0], [nan, 0.0], [2.0, -1.0], [inf, 0.0], [0.5, 0.5]])
+    cells = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])  # the last row has no cell
+    spec = MethodSpec(name="raco_dp", temperature=2.0)
+    soft = torch.softmax(2.0 * logits, dim=1)
+    H = core._histogram(logits, cells, 2, 2, spec, torch.device("cpu"), soft=soft if given_soft else None)
+    expected = cells.double().t() @ torch.nan_to_num(soft.double(), nan=0.0)
+    assert H.dtype == torch.float64 and torch.isfinite(H).all()
+    torch.testing.assert_close(H, expected, rtol=1e-6, atol=0.0)
+    finite = core._histogram(logits[[0, 2, 4]], cells[[0, 2, 4]], 2, 2, spec, torch.device("cpu"))
+    torch.testing.assert_close(finite, cells[[0, 2, 4]].double().t() @ soft[[0, 2, 4]].double(), rtol=1e-6, atol=0.0)
+
+
 def test_selection_rule():
     def rec(step, val, sat):
         return EvalRecord(step, {"train": {"satisfied": sat}, "val": {"accuracy": val}}, [])
