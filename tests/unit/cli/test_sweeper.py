@@ -141,6 +141,37 @@ def test_each_job_is_composed_once_and_equals_a_full_composition(name):
     assert len(sweeper._composed.composed) <= len(sw["grids"])  # one composition per set of group options
 
 
+def _job_hashes(name: str) -> dict[str, str]:
+    """Config hash -> MLflow experiment of every (smoke) job of a sweep file, as the sweeper composes them."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from raco_cli.cli.sweeper import RacoSweeper
+    from raco_cli.run.spec import config_hash
+
+    loader, master = _loader_and_master([f"+sweep={name}", "hydra.sweeper.smoke=true"])
+    sw = OmegaConf.to_container(master.hydra.sweeper, resolve=False)
+    sweeper = RacoSweeper(grids=sw["grids"], smoke=True, smoke_params=sw.get("smoke_params"), smoke_overrides=sw.get("smoke_overrides"))
+    sweeper.hydra_context, sweeper.config = SimpleNamespace(config_loader=loader), master
+    jobs = plan_jobs(sw["grids"], None, [f"+sweep={name}"], smoke=True, smoke_params=sw.get("smoke_params"),
+                     smoke_overrides=sw.get("smoke_overrides"))
+    out = {}
+    for _, overrides in jobs:
+        cfg = sweeper._job_config(overrides)
+        out[config_hash(cfg)] = cfg["tracking"]["experiment"]
+    return out
+
+
+def test_fig8b_soft_arm_is_fig4_adults_eps1_grid():
+    """Fig. 8b's soft-dual runs are fig4_adult's eps = 1 RaCO-DP runs (same config hash, same
+    experiment), so a sweep after fig4_adult skips them and trains only the hard arm."""
+    fig4, fig8b = _job_hashes("fig4_adult"), _job_hashes("fig8b_hard_soft")
+    shared = set(fig4) & set(fig8b)
+    assert len(shared) == len(fig8b) // 2 > 0  # the soft half, every seed and gamma
+    assert {fig4[h] for h in shared} == {fig8b[h] for h in fig8b} == {"fig4_adult"}
+
+
 def _cfg(**changes):
     cfg = {"seed": 0, "eps": 1.0, "method": {"name": "raco_dp", "lr": 1.0, "sampling": "independent", "clip_norm": 1.0, "options": {}},
            "model": {"name": "logreg"}, "dataset": {"name": "adult"}, "constraint": {"name": "dp", "gamma": 0.05},

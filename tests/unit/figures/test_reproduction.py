@@ -140,3 +140,25 @@ def test_table_rows_do_not_follow_the_stores_run_order() -> None:
     assert len(blocks) == 1
     labels = [ln.split("|")[1].strip() for ln in blocks.pop().splitlines() if ln.startswith("| RaCO-DP") or ln.startswith("| SGDA")]
     assert labels.index("RaCO-DP ε=1") < labels.index("RaCO-DP ε=9")
+
+
+def test_views_of_a_shared_experiment_keep_their_own_runs():
+    """fig8b_hard_soft adds hard-dual RaCO-DP runs to fig4_adult's experiment: every other view
+    of that experiment keeps soft-dual runs only, so no curve mixes the two rules."""
+    from raco_cli.cli.figures_cmd import sweep_experiment
+    from raco_cli.figures.aggregate import run_points
+
+    views = [f for f in FIGURES.values() if f.kind in ("tradeoff", "satisfaction") and sweep_experiment(f.sweep) == "fig4_adult"]
+    assert {f.name for f in views} >= {"fig4_adult", "fig2b_adult", "fig3_satisfiability", "fig8b_hard_soft"}
+    def record(dual, seed):
+        return {"status": "FINISHED", "tags": {"method": "raco_dp"},
+                "params": {"method.name": "raco_dp", "method.dual": dual, "eps": "1", "constraint.gamma": "0.05", "seed": str(seed)},
+                "metrics": {"final/test/accuracy": 0.8, "final/test/dp_gap": 0.04, "final/test/constraint_max_hard": 0.04,
+                            "final/train/satisfied": 1.0, "final/test/satisfied": 1.0}}
+    records = [record(dual, seed) for dual in ("soft", "hard") for seed in range(3)]
+    for f in views:
+        duals = [p.params["method.dual"] for p in run_points(records, x_metric=f.x_metric, y=f.y, series=f.series, where=f.where)]
+        if f.name == "fig8b_hard_soft":
+            assert sorted(duals) == ["hard"] * 3 + ["soft"] * 3 and "method.dual" in f.series  # both rules, as two curves
+        else:
+            assert duals == ["soft"] * 3, f.name
