@@ -47,13 +47,13 @@ def logistic_terms(margin: np.ndarray, y: np.ndarray, temperatures: np.ndarray |
     """Per-row cross-entropy and soft class-1 probability of R runs' binary margins.
 
     With ``d = z_1 - z_0`` (R, n) and ``s = -(2y - 1) d``: the loss ``-log p_y = log(1 +
-    exp(s))``, computed as ``max(s, 0) + log(1 + exp(-|s|))`` (no overflow) and clipped at
-    ``-log 1e-300`` as for every task; and ``p_1 = sigmoid(tau_r d)`` with each run's
-    temperature (``temperatures`` (R,); None: no probabilities).  Float64, in torch: its exp,
-    log and sigmoid are vectorised (numpy's log1p is scalar code), and these were the largest
-    elementwise costs of an evaluation.  ``log(1 + u)`` rather than ``log1p(u)`` (2.3x faster): for ``u < 2^-53`` it
-    rounds to 0 instead of ~u, an absolute error below 1.2e-16 per row.  NaN margins stay NaN,
-    +-inf give the clipped or zero loss and probabilities 1 / 0.
+    exp(s))``, computed by torch's fused ``softplus`` with threshold 40 (``s`` itself above it,
+    where ``log(1 + exp(-s)) < 4.3e-18``: no overflow) and clipped at ``-log 1e-300`` as for
+    every task; and ``p_1 = sigmoid(tau_r d)`` with each run's temperature (``temperatures``
+    (R,); None: no probabilities).  Float64, in torch: its exp, log1p and sigmoid are
+    vectorised (numpy's log1p is scalar code), and these were the largest elementwise costs of
+    an evaluation; one fused pass instead of eight (~20 % of this function's time).  NaN
+    margins stay NaN, +-inf give the clipped or zero loss and probabilities 1 / 0.
 
     >>> nll, p1 = logistic_terms(np.array([[0.0, 800.0, -800.0, np.inf, -np.inf]]), np.ones(5, dtype=int), np.ones(1))
     >>> nll[0].tolist() == [np.log(2.0), 0.0, -np.log(1e-300), 0.0, -np.log(1e-300)], p1[0].tolist() == [0.5, 1.0, 0.0, 1.0, 0.0]
@@ -64,7 +64,7 @@ def logistic_terms(margin: np.ndarray, y: np.ndarray, temperatures: np.ndarray |
     d = torch.from_numpy(np.ascontiguousarray(margin, dtype=np.float64))
     sign = torch.from_numpy(1.0 - 2.0 * np.asarray(y, dtype=np.float64))
     with torch.no_grad():
-        nll = (d * sign).clamp_(min=0.0).add_(d.abs().neg_().exp_().add_(1.0).log_()).clamp_(max=-np.log(1e-300))
+        nll = torch.nn.functional.softplus(d * sign, beta=1.0, threshold=40.0).clamp_(max=-np.log(1e-300))
         if temperatures is None:
             return nll.numpy(), None
         temps = np.asarray(temperatures, dtype=np.float64)
