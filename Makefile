@@ -100,7 +100,7 @@ comma := ,
 # second time side by side; a sweep not named below goes to chain 1; Table 2 (timings) runs
 # alone after both.  On one core: one chain.  The figures are drawn by two `raco figures` side by
 # side (each chain's; Table 2's with chain 2's).
-REPRODUCE_CHAIN_2 := fig4_credit fig5_heart fig6_credit fig9_low_eps
+REPRODUCE_CHAIN_2 := fig4_credit fig5_heart fig6_credit fig9_low_eps fig8a_clipping
 REPRODUCE_ALONE := table2_timing
 reproduce_alone = $(filter $(REPRODUCE_ALONE),$(REPRODUCE))
 reproduce_chain_2 = $(filter $(REPRODUCE_CHAIN_2),$(REPRODUCE))
