@@ -117,38 +117,13 @@ def _loader_and_master(overrides):
     return loader, master
 
 
-@pytest.mark.parametrize("name", ["fig4_adult", "fig6_credit", "fig8b_hard_soft"])
-def test_each_job_is_composed_once_and_equals_a_full_composition(name):
-    """The sweeper composes group options once and applies value overrides with Hydra's own
-    function: every job's config equals Hydra's full composition of that job."""
-    from types import SimpleNamespace
-
-    from omegaconf import OmegaConf, open_dict
-
-    from raco_cli.cli.sweeper import RacoSweeper
-
-    loader, master = _loader_and_master([f"+sweep={name}", "hydra.sweeper.smoke=true"])
-    sw = OmegaConf.to_container(master.hydra.sweeper, resolve=False)
-    sweeper = RacoSweeper(grids=sw["grids"], smoke=True, smoke_params=sw.get("smoke_params"), smoke_overrides=sw.get("smoke_overrides"))
-    sweeper.hydra_context, sweeper.config = SimpleNamespace(config_loader=loader), master
-    jobs = plan_jobs(sw["grids"], None, [f"+sweep={name}"], smoke=True, smoke_params=sw.get("smoke_params"),
-                     smoke_overrides=sw.get("smoke_overrides"))
-    for _, overrides in jobs[:: max(1, len(jobs) // 12)]:
-        full = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
-        with open_dict(full):
-            del full["hydra"]
-        assert sweeper._job_config(overrides) == OmegaConf.to_container(full, resolve=True), overrides
-    assert len(sweeper._composed.composed) <= len(sw["grids"])  # one composition per set of group options
-
-
-def _job_hashes(name: str) -> dict[str, str]:
-    """Config hash -> MLflow experiment of every (smoke) job of a sweep file, as the sweeper composes them."""
+def _smoke_sweeper(name: str):
+    """The sweeper of a sweep file in smoke mode, its config loader and master config, and its jobs."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
 
     from raco_cli.cli.sweeper import RacoSweeper
-    from raco_cli.run.spec import config_hash
 
     loader, master = _loader_and_master([f"+sweep={name}", "hydra.sweeper.smoke=true"])
     sw = OmegaConf.to_container(master.hydra.sweeper, resolve=False)
@@ -156,6 +131,29 @@ def _job_hashes(name: str) -> dict[str, str]:
     sweeper.hydra_context, sweeper.config = SimpleNamespace(config_loader=loader), master
     jobs = plan_jobs(sw["grids"], None, [f"+sweep={name}"], smoke=True, smoke_params=sw.get("smoke_params"),
                      smoke_overrides=sw.get("smoke_overrides"))
+    return sweeper, loader, master, jobs
+
+
+@pytest.mark.parametrize("name", ["fig4_adult", "fig6_credit", "fig8b_hard_soft"])
+def test_each_job_is_composed_once_and_equals_a_full_composition(name):
+    """The sweeper composes group options once and applies value overrides with Hydra's own
+    function: every job's config equals Hydra's full composition of that job."""
+    from omegaconf import OmegaConf, open_dict
+
+    sweeper, loader, master, jobs = _smoke_sweeper(name)
+    for _, overrides in jobs[:: max(1, len(jobs) // 12)]:
+        full = loader.load_sweep_config(master_config=master, sweep_overrides=list(overrides))
+        with open_dict(full):
+            del full["hydra"]
+        assert sweeper._job_config(overrides) == OmegaConf.to_container(full, resolve=True), overrides
+    assert len(sweeper._composed.composed) <= len(sweeper.grids)  # one composition per set of group options
+
+
+def _job_hashes(name: str) -> dict[str, str]:
+    """Config hash -> MLflow experiment of every (smoke) job of a sweep file, as the sweeper composes them."""
+    from raco_cli.run.spec import config_hash
+
+    sweeper, _, _, jobs = _smoke_sweeper(name)
     out = {}
     for _, overrides in jobs:
         cfg = sweeper._job_config(overrides)
