@@ -91,7 +91,9 @@ def run_points(
     """FINISHED runs -> points.  Non-private methods have no eps (their series value is None).
 
     ``y`` is ``accuracy`` or ``error`` (1 - accuracy) of ``split``; x is ``final/<split>/<x_metric>``.
-    Runs missing either value are left out.
+    Runs missing either value are left out.  The points come in one order (:func:`point_order`),
+    whatever order the store lists the runs in: the means summed from them, and a scatter's
+    overlapping markers, are then the same bits from one run of a sweep to the next.
     """
     out = []
     for rec in records:
@@ -125,7 +127,13 @@ def run_points(
                 private=private, metrics=metrics, params=params,
             )
         )
-    return out
+    return sorted(out, key=point_order)
+
+
+def point_order(p: RunPoint) -> tuple[Any, ...]:
+    """Points by curve (:func:`curve_order`), knob value, seed, then x and y."""
+    unset = p.knob_value is None or p.knob_value != p.knob_value
+    return (*curve_order(p.method, p.series), unset, 0.0 if unset else p.knob_value, -1 if p.seed is None else p.seed, p.x, p.y)
 
 
 def aggregate(points: Sequence[RunPoint]) -> list[AggPoint]:
