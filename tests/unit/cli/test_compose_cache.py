@@ -93,3 +93,24 @@ def test_prevalidate_composes_each_defaults_list_once(monkeypatch):
     assert len(calls) == 1
     with pytest.raises(ConfigError, match="eps"):
         prevalidate(["eps=1,-2", "method=raco_dp"])
+
+
+def test_reused_parsed_overrides_give_full_compositions(hydra_session, monkeypatch):
+    """Each distinct override string is parsed once per cache, and a parsed override reused by
+    later jobs (a dict value among them) gives each job Hydra's full composition."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    jobs = [CASES[-1], ["seed=5", "+tracking.tags={sweep: x, k: 2}", "method=dp_fermi"], CASES[1], CASES[-1], CASES[1][::-1]]
+    full = [OmegaConf.to_container(compose(config_name="config", overrides=job), resolve=True) for job in jobs]
+    warm = _cache(hydra_session)
+    for job in jobs:
+        warm(job)
+    cache = _cache(hydra_session)
+    cache.composed = warm.composed  # the bases (Hydra's own compositions parse overrides too): only the cache's parses counted
+    parsed: list[str] = []
+    real = OverridesParser.parse_overrides
+    monkeypatch.setattr(OverridesParser, "parse_overrides", lambda self, overrides: parsed.extend(overrides) or real(self, overrides))
+    assert [OmegaConf.to_container(cache(job), resolve=True) for job in jobs] == full
+    assert sorted(parsed) == sorted({o for job in jobs for o in job})  # each string once, however many jobs repeat it
