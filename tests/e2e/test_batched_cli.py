@@ -66,3 +66,50 @@ def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
     assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
     assert {r.data.tags["raco.run_dir"] for r in children} == {str(tmp_path / "sweep_true" / str(n)) for n in range(4)}
     assert all(len(client.get_metric_history(r.info.run_id, "test/accuracy")) == 4 for r in children)  # steps 0,10,20,30
+
+
+def test_runs_in_one_job_equal_one_job_per_run(tmp_path):
+    """hydra.sweeper.in_one_job=true: the runs share one launcher job, each trained by the
+    one-run path: the same summaries (no batched engine), run directories and MLflow runs as
+    one job per run, and a run that fails is recorded FAILED as a job of its own records it."""
+    out = {}
+    for mode, flags in (("one_job", ["hydra.sweeper.in_one_job=true"]), ("per_run", ["hydra.sweeper.group=false"])):
+        sweep = tmp_path / mode
+        res = raco("train", "--multirun", *FAST, "seed=0,1", "method=raco_dp,dp_sgd", "privacy.scope=paper", "privacy.secure_rng=false",
+                   *flags, f"tracking.uri=sqlite:///{tmp_path / (mode + '.db')}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        out[mode] = {n: json.loads((sweep / str(n) / "summary.json").read_text()) for n in range(4)}
+    assert (tmp_path / "one_job" / "groups" / "0").is_dir() and not (tmp_path / "one_job" / "1" / ".hydra").exists()
+    for n in range(4):
+        one, alone = out["one_job"][n], out["per_run"][n]
+        assert "batched" not in one["stats"]
+        one.pop("mlflow"), alone.pop("mlflow")
+        _close(alone, one)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'one_job.db'}")
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("raco").experiment_id]) if r.data.tags.get("raco.role") != "sweep"]
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_a_failing_run_in_one_job_is_recorded_and_the_others_train(tmp_path, monkeypatch):
+    """A run of an in-one-job launch that fails before its MLflow run exists is recorded FAILED
+    (as a job of its own would be) and the next run still trains."""
+    from raco_cli.errors import ConfigError
+    from raco_cli.run import group
+
+    recorded, trained = [], []
+
+    def train(cfg, *, run_dir, sweep_dir):
+        if cfg["seed"] == 0:
+            raise ConfigError("bad data")
+        trained.append(cfg["seed"])
+        return {"metrics": {}}
+
+    monkeypatch.setattr(group, "train", train)
+    monkeypatch.setattr(group, "prepare_run", lambda *a, **k: pytest.fail("an in-one-job run is prepared by the one-run path"))
+    monkeypatch.setattr(group, "record_failure_quietly", lambda cfg, run_dir, sweep_dir, exc: recorded.append((cfg["seed"], str(exc))))
+    members = [{"num": s, "run_dir": str(tmp_path / str(s)), "config": {"seed": s}, "alone": True} for s in range(2)]
+    summaries = group.train_group(members, sweep_dir=tmp_path, memory_gb=2.0)
+    assert summaries == [None, {"metrics": {}}] and trained == [1] and recorded == [(0, "bad data")]

@@ -285,3 +285,31 @@ def test_launches_go_costliest_first_to_parallel_workers_and_in_job_order_to_one
         assert members == [[0, 1, 2, 3], list(range(4, 44))]
     else:  # the dear group halved (one worker would otherwise run it alone), and first
         assert members == [list(range(4, 24)), list(range(24, 44)), [0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_in_one_job_grids_share_one_launch_of_runs_trained_alone(tmp_path, group):
+    """hydra.sweeper.in_one_job: the grid's runs go, in job order and each flagged to train by the
+    one-run path, into one launcher job; the other grids are grouped (or not) as before."""
+    from omegaconf import OmegaConf
+
+    from raco_cli.cli.sweep_plan import GROUP_OVERRIDE
+    from raco_cli.cli.sweeper import RacoSweeper
+    from raco_cli.run.group import read_group
+
+    sweeper = RacoSweeper(group=group, in_one_job="timing")
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path), "subdir": "${hydra.job.num}"},
+                                                 "launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}}})
+    alone = [_cfg(seed=s, **{"method.name": "dp_sgd" if s % 2 else "sgd"}) for s in range(5)]  # any mix: each trains alone
+    batched = [_cfg(seed=s) for s in range(6)]
+    jobs = [([f"seed={i}"], cfg) for i, cfg in enumerate(alone + batched)]
+    launches = sweeper._launches(jobs, tmp_path, ["timing"] * 5 + ["timing_batched"] * 6)
+    groups = [next((o[len(GROUP_OVERRIDE):] for o in job if o.startswith(GROUP_OVERRIDE)), None) for job in launches]
+    first = read_group(groups[0])
+    assert [m["num"] for m in first] == [0, 1, 2, 3, 4] and all(m["alone"] for m in first)
+    assert [m["config"] for m in first] == alone and [m["run_dir"] for m in first] == [str(tmp_path / str(n)) for n in range(5)]
+    if group:
+        assert len(launches) == 2 and [m["num"] for m in read_group(groups[1])] == list(range(5, 11))
+        assert not any(m.get("alone") for m in read_group(groups[1]))
+    else:  # one job per run for the rest
+        assert len(launches) == 7 and groups[1:] == [None] * 6
