@@ -87,3 +87,20 @@ def test_full_sampling_rate_takes_every_row():
     g = sampling_generator(0)
     a, b = poisson_sample(7, 1.0, g, count=2)
     assert a.tolist() == list(range(7)) == b.tolist()
+
+
+@pytest.mark.parametrize("shape", [(5000,), (7, 3000)])
+def test_gaps_summed_in_place_are_the_expressions_bits(shape):
+    """The in-place geometric gaps (half the time of a group's draw) are bit for bit the
+    expression the samples were defined by, uniforms at the edges included (U = 0, U -> 1)."""
+    from raco_cli.privacy.mechanisms import _cumulative_gaps
+
+    U = np.random.default_rng(1).random(shape)
+    U.reshape(-1)[:3] = [0.0, 1.0 - 2.0**-53, 0.5]
+    for q in (1e-4, 0.027, 0.3, 0.999):
+        lk = math.log1p(-q)
+        expected = np.cumsum(np.floor(np.log1p(-U) / lk) + 1.0, axis=-1)
+        assert np.array_equal(_cumulative_gaps(U.copy(), lk), expected)
+    g, h = sampling_generator(3), np.random.default_rng(3)  # a sample: the rows of the defining expression
+    pos = np.cumsum(np.floor(np.log1p(-h.random(int(0.05 * 4000 + 6 * (0.05 * 4000) ** 0.5 + 16))) / math.log1p(-0.05)) + 1.0) - 1.0
+    assert poisson_sample(4000, 0.05, g)[0].tolist() == pos[pos < 4000].astype(np.int64).tolist()
