@@ -22,6 +22,10 @@ TABLE = [
     "dataset.options.missing_indicator=[income]", "+dataset.bounds={age:[18,100],income:[0,200000]}",
     "eps=8", "method.batch_size=64", "method.max_steps=25", "method.eval_every=5",
     "constraint.confidence=null",  # 600 rows: the default margin exceeds gamma 0.05
+    # the released training size is the sum of 4 cell counts with N(0, 50^2) each (sd 100 rows, the
+    # secure RNG): ~1 % of runs drew it below the batch of 64 and stopped with that ConfigError (a CI
+    # run did); these tests are about tables and predictions, not the size release (privacy/size.py)
+    "privacy.size_noise_multiplier=10",
 ]  # fmt: skip
 OPTIONS = {"label": "approved", "sensitive": ["sex"], "types": {"id": "drop"}, "missing_indicator": ["income"],
            "levels": {"approved": ["no", "yes"], "sex": ["F", "M"], "city": ["Paris", "Lyon", "Nice"], "smoker": ["no", "yes"]}}
