@@ -52,6 +52,11 @@ REGRESSION = ["experiment=dpse_table1", "dataset.options.sizes=[600,150,150,150,
               "method.steps=20", "method.eval_every=20"]
 
 
+# the 600-row tables' released training size: the sum of 4 cell counts with N(0, 50^2) each at the
+# default (sd 100 rows) fell below their batch of 100 in ~0.3 % of runs, a ConfigError (privacy/size.py)
+TABLE_SIZE_NOISE = "privacy.size_noise_multiplier=10"
+
+
 def _config(tmp_path: Path, overrides: list[str], *, dataset: list[str] | None = None):
     from raco_cli.cli.validate import compose_config
 
@@ -194,8 +199,8 @@ def test_a_table_with_its_predictor(monkeypatch, tmp_path):
         "dataset.options.missing_indicator=[income]", "+dataset.bounds={age:[18,100],income:[0,200000]}", "eps=4",
     ]  # fmt: skip
     # constraint.confidence=null: 380 training rows cannot support the default margin at gamma=0.05
-    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null"],
-                  dataset=dataset)
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null",
+                             TABLE_SIZE_NOISE], dataset=dataset)
     _, first, second = _replay(monkeypatch, tmp_path, cfg, _load(cfg), "train", "add")
     assert "predictor.json" in first
     assert_same_records(first, second)
@@ -220,8 +225,8 @@ def test_a_table_with_private_estimates(monkeypatch, tmp_path, split, direction)
     dataset = ["dataset=table", f"dataset.options.path={csv}", "dataset.options.label=approved", "dataset.options.sensitive=[sex]",
                *PRIVATE_TABLE]
     # constraint.confidence=null: 380 training rows cannot support the default margin at gamma=0.05
-    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null"],
-                  dataset=dataset)
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null",
+                             TABLE_SIZE_NOISE], dataset=dataset)
     data = _load(cfg)
     assert data.meta["pending"]  # loaded (and cached) without the estimates: they are drawn per run
     tape, first, second = _replay(monkeypatch, tmp_path, cfg, data, split, direction)
