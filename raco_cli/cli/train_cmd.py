@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from raco_cli.errors import RacoError, TrackingError
+from raco_cli.errors import RacoError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def hydra_entry() -> None:
     from raco_cli.cli.paths import CONF_DIR
     from raco_cli.cli.plugins import register_resolvers
     from raco_cli.cli.result_table import print_result
-    from raco_cli.run.records import has_run, record_failure_quietly
+    from raco_cli.run.records import record_job_failure
     from raco_cli.run.train import train
 
     register_resolvers()
@@ -63,8 +63,7 @@ def hydra_entry() -> None:
         except RacoError as exc:
             print(f"error: {exc}", file=sys.stderr)
             if multirun:  # one bad job must not stop the sweep; its failure is recorded
-                if not isinstance(exc, TrackingError) and not has_run(run_dir):
-                    record_failure_quietly(cfg, run_dir, sweep_dir, exc)
+                record_job_failure(cfg, run_dir, sweep_dir, exc)
                 return None
             raise SystemExit(2) from None
         except Exception as exc:  # a bug: keep the traceback; in a sweep, record and go on
@@ -72,8 +71,7 @@ def hydra_entry() -> None:
                 raise
             log.exception("job failed")
             print(f"error: job {hc.job.num} failed: {type(exc).__name__}: {exc} (traceback in {run_dir})", file=sys.stderr)
-            if not has_run(run_dir):
-                record_failure_quietly(cfg, run_dir, sweep_dir, exc)
+            record_job_failure(cfg, run_dir, sweep_dir, exc)
             return None
         print_result(summary, run_dir)
         # the job's value for an optimising sweeper: validation accuracy; NaN in scope=model,

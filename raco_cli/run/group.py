@@ -23,11 +23,16 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from raco_cli.errors import RacoError, TrackingError
+from raco_cli.errors import RacoError
 from raco_cli.run.finish import finish_run
 from raco_cli.run.prepare import prepare_run
 from raco_cli.run.progress import FanOut, Progress, untimed_logs
-from raco_cli.run.records import has_run, open_recorders, record_failure_quietly, tag_error
+from raco_cli.run.records import (
+    open_recorders,
+    record_failure_quietly,
+    record_job_failure,
+    tag_error,
+)
 from raco_cli.run.train import (
     check_writable,
     draw_curves,
@@ -153,14 +158,12 @@ def _alone(member: Mapping[str, Any], sweep_dir: Path | None, on_result: OnResul
         summary = train(member["config"], run_dir=run_dir, sweep_dir=sweep_dir)
     except RacoError as exc:
         print(f"error: job {member['num']}: {exc}", file=sys.stderr)
-        if not isinstance(exc, TrackingError) and not has_run(run_dir):  # as a job of its own records it
-            record_failure_quietly(member["config"], run_dir, sweep_dir, exc)
+        record_job_failure(member["config"], run_dir, sweep_dir, exc)  # as a job of its own records it
         return None
     except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, the group goes on
         log.exception("job %s failed", member["num"])
         print(f"error: job {member['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
-        if not has_run(run_dir):
-            record_failure_quietly(member["config"], run_dir, sweep_dir, exc)
+        record_job_failure(member["config"], run_dir, sweep_dir, exc)
         return None
     if on_result is not None:
         on_result(summary, run_dir)

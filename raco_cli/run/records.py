@@ -138,6 +138,15 @@ def record_failure_quietly(cfg: Mapping[str, Any], run_dir: Path, sweep_dir: Pat
         log.exception("could not record the failed job in MLflow")
 
 
+def record_job_failure(cfg: Mapping[str, Any], run_dir: Path, sweep_dir: Path | None, exc: BaseException) -> None:
+    """A sweep job's failure recorded FAILED (:func:`record_failure_quietly`), unless its run got
+    as far as its MLflow run (which then marked itself FAILED) or the store itself failed."""
+    from raco_cli.errors import TrackingError
+
+    if not isinstance(exc, TrackingError) and not has_run(run_dir):
+        record_failure_quietly(cfg, run_dir, sweep_dir, exc)
+
+
 def log_final(recorder: Any, summary: Mapping[str, Any], artifacts: list[Path], *, extra: Mapping[str, float] | None = None) -> None:
     """The released summary as ``final/<split>/<name>`` metrics, privacy metrics, tags and
     artifacts of the run."""

@@ -97,7 +97,7 @@ def test_a_failing_run_in_one_job_is_recorded_and_the_others_train(tmp_path, mon
     """A run of an in-one-job launch that fails before its MLflow run exists is recorded FAILED
     (as a job of its own would be) and the next run still trains."""
     from raco_cli.errors import ConfigError
-    from raco_cli.run import group
+    from raco_cli.run import group, records
 
     recorded, trained = [], []
 
@@ -109,7 +109,7 @@ def test_a_failing_run_in_one_job_is_recorded_and_the_others_train(tmp_path, mon
 
     monkeypatch.setattr(group, "train", train)
     monkeypatch.setattr(group, "prepare_run", lambda *a, **k: pytest.fail("an in-one-job run is prepared by the one-run path"))
-    monkeypatch.setattr(group, "record_failure_quietly", lambda cfg, run_dir, sweep_dir, exc: recorded.append((cfg["seed"], str(exc))))
+    monkeypatch.setattr(records, "record_failure_quietly", lambda cfg, run_dir, sweep_dir, exc: recorded.append((cfg["seed"], str(exc))))
     members = [{"num": s, "run_dir": str(tmp_path / str(s)), "config": {"seed": s}, "alone": True} for s in range(2)]
     summaries = group.train_group(members, sweep_dir=tmp_path, memory_gb=2.0)
     assert summaries == [None, {"metrics": {}}] and trained == [1] and recorded == [(0, "bad data")]
