@@ -147,16 +147,10 @@ class RacoSweeper(Sweeper):
         self.smoke_overrides = dict(smoke_overrides or {})
         self.resume = bool(resume)
         # true/false, or the grids to group (e.g. Table 2 times grouped and single runs side by side)
-        self.group: bool | list[str] = (
-            bool(group) if isinstance(group, bool) or group is None else [group] if isinstance(group, str) else [str(g) for g in group]
-        )
+        self.group = _grids_or_all(group)
         self.group_max_runs = int(group_max_runs)
         self.group_memory_gb = float(group_memory_gb)
-        # true (every grid), or the grids whose runs are trained alone in one launcher job
-        self.in_one_job: bool | list[str] = (
-            bool(in_one_job) if isinstance(in_one_job, bool) or in_one_job is None
-            else [in_one_job] if isinstance(in_one_job, str) else [str(g) for g in in_one_job]
-        )
+        self.in_one_job = _grids_or_all(in_one_job)  # the grids whose runs are trained alone in one launcher job
         self._composed: ComposeCache | None = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
@@ -288,10 +282,10 @@ class RacoSweeper(Sweeper):
             return run_cost(jobs[num][1], unknown_steps=unknown)
 
         for num, (overrides, cfg) in enumerate(jobs):
-            if self.in_one_job is True or (self.in_one_job and grids[num] in self.in_one_job):
+            if _applies(self.in_one_job, grids[num]):
                 in_one_job.setdefault(grids[num], []).append(num)
                 continue
-            key = group_key(cfg) if self.group is True or (self.group and grids[num] in self.group) else None
+            key = group_key(cfg) if _applies(self.group, grids[num]) else None
             if key is None:
                 launches.append((cost(num), num, [*overrides, f"hydra.sweep.subdir={num}"]))
             else:
@@ -299,22 +293,24 @@ class RacoSweeper(Sweeper):
         workers = self._workers()
         chunks = [(chunk, cost(chunk[0])) for nums in groups.values() for chunk in split_evenly(nums, self.group_max_runs)]
         n_groups = 0
-        for nums in in_one_job.values():
-            members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1], "alone": True} for num in nums]
+
+        def group_job(nums: list[int], total: float, **flags: bool) -> None:
+            """One launcher job for the runs ``nums``: their configs (and ``flags``) in a group file."""
+            nonlocal n_groups
+            members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1], **flags} for num in nums]
             path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
-            launches.append((sum(cost(num) for num in nums), nums[0],
-                             [*jobs[nums[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
+            # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
+            launches.append((total, nums[0], [*jobs[nums[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
             n_groups += 1
+
+        for nums in in_one_job.values():
+            group_job(nums, sum(cost(num) for num in nums), alone=True)
         for chunk in balance(chunks, workers):  # cut so that parallel workers finish together
             total = len(chunk) * cost(chunk[0])
             if len(chunk) == 1:
                 launches.append((total, chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
                 continue
-            members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1]} for num in chunk]
-            path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
-            # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
-            launches.append((total, chunk[0], [*jobs[chunk[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
-            n_groups += 1
+            group_job(chunk, total)
         # parallel workers take the costliest jobs first (the tail is then short); one worker
         # (the basic launcher, Table 2's timings) keeps the sweep's order.  Every run keeps its job
         # number, directory and result whatever its launch position or piece.
@@ -338,6 +334,18 @@ class RacoSweeper(Sweeper):
 
             n = max(1, cpu_count() + 1 + n)
         return n
+
+
+def _grids_or_all(value: Any) -> bool | list[str]:
+    """A per-grid option's value: true / false (null: false), or the names of the grids it applies to."""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    return [value] if isinstance(value, str) else [str(g) for g in value]
+
+
+def _applies(option: bool | list[str], grid: str) -> bool:
+    """Whether a per-grid option (:func:`_grids_or_all`) applies to a job of ``grid``."""
+    return option if isinstance(option, bool) else grid in option
 
 
 # Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.
