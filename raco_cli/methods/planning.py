@@ -153,13 +153,18 @@ def plan_uncached(
     delta = spec.accounting_delta(delta)  # less what a private level estimate's threshold reserved
     full_batch = bool(getattr(method, "FULL_BATCH", False))
     if spec.batch_size > n_train and not full_batch:
-        estimate = ", a DP estimate under privacy.scope=model" if spec.train_size is not None else ""
-        raise ConfigError(
-            f"method.batch_size must be <= the number of training rows (got method.batch_size={spec.batch_size}; "
-            f"the training split has {n_train:.0f} rows{estimate}); it is the expected Poisson batch size. "
-            f"Use e.g. method.batch_size={max(1, int(n_train // 10))}."
-        )
-    q = 1.0 if full_batch else spec.batch_size / n_train
+        if spec.train_size is None:  # the exact size: the setting itself is wrong
+            raise ConfigError(
+                f"method.batch_size must be <= the number of training rows (got method.batch_size={spec.batch_size}; "
+                f"the training split has {n_train:.0f} rows); it is the expected Poisson batch size. "
+                f"Use e.g. method.batch_size={max(1, int(n_train // 10))}."
+            )
+        # scope=model: n_train is the released n~, whose noise can put it below a batch the
+        # table itself allows; the training loops sample at min(1, B / n~), and so is it
+        # accounted (post-processing of n~): every step then reads every row
+        log.warning("method.batch_size=%d is above the released training size n~ = %.0f (a DP estimate under privacy.scope=model): "
+                    "sampling rate q = 1, every step uses every training row (no amplification by sampling)", spec.batch_size, n_train)
+    q = 1.0 if full_batch else min(1.0, spec.batch_size / n_train)
     budget = accountant.Budget(eps=eps, delta=delta, discretization=discretization)
     if not method.PRIVATE:  # nothing to promise: exact selection and full records
         spec = replace(spec, scope="paper", selection_eps=0.0, preprocessing_noise=0.0)

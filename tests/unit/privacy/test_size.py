@@ -84,3 +84,30 @@ def test_scope_paper_uses_the_exact_size():
                                            "method.batch_size=150", "tracking=none"]))
     assert "size" not in tape.kinds() and prep.plan.spec.train_size is None
     assert prep.plan.sample_rate == 150 / len(prep.data.splits["train"])
+
+
+def test_a_released_size_below_the_batch_samples_every_row(caplog):
+    """scope=model: the noise of n~ can put it below a batch size the table allows (a few hundred
+    rows, sd 100 over 4 cells).  The run then samples at q = min(1, B / n~) = 1, as its training
+    loop does, is accounted at q = 1 (post-processing of n~), and says so; it is no config error."""
+    import logging
+
+    from raco_cli import methods
+    from raco_cli.cli.validate import compose_config
+    from raco_cli.methods.base import NullReporter, Seeds
+    from raco_cli.run.prepare import prepare_run
+
+    cfg = compose_config(["dataset=synthetic", "method=dp_sgd", "constraint=none", "method.batch_size=150", "method.max_steps=3",
+                          "eps=8", "tracking=none"])
+    with releases.recording() as tape:
+        prepare_run(cfg)
+    tape.entries[0] = ("size", 100.0)  # n~ below the batch of 150
+    with releases.replaying(tape), caplog.at_level(logging.WARNING, logger="raco_cli.methods.planning"):
+        prep = prepare_run(cfg)
+    assert prep.plan.sample_rate == 1.0 and prep.plan.spec.train_size == 100.0
+    assert "PoissonSampledDpEvent(sampling_probability=1.0" in str(prep.plan.event)
+    assert any("method.batch_size=150 is above the released training size n~ = 100" in r.getMessage() for r in caplog.records)
+    result = methods.get("dp_sgd").fit(prep.data, prep.model, prep.constraints, prep.plan.spec, steps=prep.plan.steps,
+                                       seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
+    n = len(prep.data.splits["train"])
+    assert result.stats["sample_rate"] == prep.plan.sample_rate and result.stats["mean_batch_size"] == n  # every row, every step
