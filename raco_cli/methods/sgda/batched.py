@@ -38,6 +38,12 @@ from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import poisson_sample_many, sampling_generator
 
+#: the compiled data pass (methods/batched_scan.py): None where it is faster (below), True
+#: wherever it applies, False never (the equivalence tests force both ways)
+COMPILED_SCAN: bool | None = None
+SCAN_MIN_COVERAGE = 1.0  # the group's sampled rows a step, over n
+SCAN_MIN_FEATURES = 32  # narrower rows: per-row work is too small to pay (Heart, d = 21: +15 %)
+
 
 def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
     if violation_sum is None:
@@ -93,6 +99,21 @@ def run_core(
     lambda_max = np.array([s.lambda_max for s in specs])[:, None]
     floors = np.array([s.denominator_floor for s in specs])[:, None]
 
+    # the CPU, public features as they are, soft rates: the step's data pass compiled, the
+    # table read in row order (methods/batched_scan.py), where it is faster than torch's gather
+    # and products: steps whose samples hold at least n rows (each row read by several runs)
+    # of wide rows (docs/batched.md, "The compiled data pass")
+    scan = None
+    coverage = R * (2 if independent else 1) * float(np.max(expected_batch)) / max(n, 1)
+    faster = coverage >= SCAN_MIN_COVERAGE and rows.d >= SCAN_MIN_FEATURES
+    if (faster if COMPILED_SCAN is None else COMPILED_SCAN) and device.type == "cpu" and rows.m == 0 and not hard:
+        from raco_cli.methods.batched_scan import Scan
+
+        scan = Scan(rows, R)
+        temps_np = np.array(temps, dtype=np.float32)
+        reg_temp_np = reg_temp.reshape(R).numpy()
+        clip_np = clip.reshape(R).numpy() if clip is not None else None
+
     lam = np.zeros((R, cons0.J))
     checkpoints = GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped = torch.zeros(R, dtype=torch.long)
@@ -115,25 +136,38 @@ def run_core(
         t0 = time.perf_counter()
         idx, lengths = poisson_sample_many(n, q, g_sample, count=2 if independent else 1)
         L = idx.shape[2]
-        batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
-        grad_rows = {k: v[:, -L:] for k, v in batch.items()}
-        c, g_dual, z = None, None, None
+        c, g_dual, z, weights = None, None, None, None
+        if scan is not None:  # [hist sample,] gradient sample: each run's (idx, lengths)
+            scan.sample((idx[:, 0], lengths[:, 0]) if independent else None, (idx[:, -1], lengths[:, -1]), shared=constrained and not independent)
+        else:
+            batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
+            grad_rows = {k: v[:, -L:] for k, v in batch.items()}
         if constrained:
-            with torch.no_grad():
-                z_all = group_logits(W, b, batch["X"])
-            z_h, z = z_all[:, :, :L], z_all[:, :, -L:]
-            H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
+            if scan is not None:
+                H = scan.histograms(W, b, temps_np)
+            else:
+                with torch.no_grad():
+                    z_all = group_logits(W, b, batch["X"])
+                z_h, z = z_all[:, :, :L], z_all[:, :, -L:]
+                H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
                 H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
                 counts["laplace_histogram"] += 1
             weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
             violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
             violation_steps += 1
-            c = torch.bmm(torch.as_tensor(weights, device=device).float().transpose(1, 2), grad_rows["cellhot"].transpose(1, 2))
+            if scan is None:
+                c = torch.bmm(torch.as_tensor(weights, device=device).float().transpose(1, 2), grad_rows["cellhot"].transpose(1, 2))
+        elif scan is not None:
+            scan.logits(W, b)
         else:
             with torch.no_grad():
                 z = group_logits(W, b, grad_rows["X"])
-        res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
+        if scan is not None:
+            res = scan.clipped_sums(weights, reg_temp_np, temps_np, clip_np)
+        else:
+            assert z is not None  # (set by the torch branches above)
+            res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
         clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
         grads = [res.grad_w, res.grad_b]
         if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise

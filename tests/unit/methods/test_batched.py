@@ -234,3 +234,85 @@ def test_a_group_rejects_the_dro_objective(small):
     members = [batched.Member(model=_model(small), constraints=cons, spec=s, seeds=Seeds.from_seed(0)) for s in specs]
     with pytest.raises(ValueError, match="objective=erm only"):
         batched.check_group(members)
+
+
+@pytest.fixture
+def compiled_pass(monkeypatch):
+    """The compiled data pass (methods/batched_scan.py) wherever it applies: these groups are
+    small and narrow, where the default keeps torch's path.  Yields the steps it ran."""
+    from raco_cli.methods import batched_scan
+    from raco_cli.methods.sgda import batched as sgda_batched
+
+    monkeypatch.setattr(sgda_batched, "COMPILED_SCAN", True)
+    steps: list[int] = []
+    sample = batched_scan.Scan.sample
+
+    def counted(self, *args, **kwargs):
+        steps.append(1)
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(batched_scan.Scan, "sample", counted)
+    return steps
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [("raco_dp", {}), ("raco_dp", {"sampling": "shared"}), ("raco_dp", {"scope": "model"}), ("dp_sgd", {}), ("sgda", {}),
+     ("sgd", {}), ("sgd", {"clip_norm": 0.5})],
+)
+def test_a_run_in_a_group_on_the_compiled_pass_equals_the_run_alone(small, name, kw, compiled_pass):
+    """The row-ordered compiled pass computes what torch's gather and products do: each run of
+    the group equals the run alone (1e-6), per-run tau, gamma, clip and noise included."""
+    _run_both(small, name, _specs(name, **kw))
+    assert len(compiled_pass) == STEPS
+
+
+def test_the_compiled_pass_leaves_hard_rates_to_torch(small, compiled_pass):
+    _run_both(small, "raco_dp", _specs("raco_dp", dual="hard"))
+    assert not compiled_pass
+
+
+def _group(data, name, specs):
+    cons = [constraints.build("dp", n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.05) for _ in specs]
+    members = [batched.Member(model=_model(data), constraints=c, spec=s, seeds=Seeds.from_seed(i)) for i, (c, s) in enumerate(zip(cons, specs))]
+    return methods.get(name).fit_many(data, members, steps=STEPS, device=CPU)
+
+
+@pytest.mark.parametrize("name", ["raco_dp", "dp_sgd"])
+def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, name, monkeypatch):
+    """Rows with a non-finite feature (neutralised: no cell, infinite norm) and a run at an
+    absurd learning rate: the same rows are dropped and counted, the same rows clipped, the
+    same parameters."""
+    from raco_cli.methods.sgda import batched as sgda_batched
+
+    X = np.array(small.X, dtype=np.float32)
+    train = np.asarray(small.splits["train"])
+    X[train[:10], 2], X[train[10:20], 0] = np.nan, np.inf
+    data = replace(small, X=X)
+    specs = [replace(s, lr=1e30) if i == 2 else s for i, s in enumerate(_specs(name))]
+    out = {}
+    for flag in (False, True):
+        monkeypatch.setattr(sgda_batched, "COMPILED_SCAN", flag)
+        out[flag] = _group(data, name, specs)
+    for a, g in zip(out[False], out[True]):
+        assert g.stats["nonfinite_rows"] == a.stats["nonfinite_rows"] and g.stats["clip_fraction"] == pytest.approx(a.stats["clip_fraction"])
+        for k, v in a.state_dict.items():
+            torch.testing.assert_close(g.state_dict[k], v, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert all(g.stats["nonfinite_rows"] > 0 for g in out[True])
+
+
+def test_the_compiled_pass_is_the_default_for_wide_rows_read_by_several_runs(monkeypatch):
+    """Default choice: the compiled pass where a step's samples hold >= n rows of >= 32 features
+    (Adult, Credit), torch's path for narrow rows (Heart, Parkinsons) or sparse samples."""
+    from raco_cli.data import synthetic
+    from raco_cli.methods import batched_scan
+
+    used: list[int] = []
+    sample = batched_scan.Scan.sample
+    monkeypatch.setattr(batched_scan.Scan, "sample", lambda self, *a, **k: (used.append(1), sample(self, *a, **k))[1])
+    wide, narrow = synthetic.load(n=600, n_features=40, seed=0), synthetic.load(n=600, n_features=6, seed=0)
+    _group(wide, "raco_dp", _specs("raco_dp", batch_size=150))  # 3 runs x 2 x 150 rows >= ~360 training rows
+    assert len(used) == STEPS
+    _group(narrow, "raco_dp", _specs("raco_dp", batch_size=150))
+    _group(wide, "raco_dp", _specs("raco_dp", batch_size=20))  # 120 sampled rows a step: sparse
+    assert len(used) == STEPS
