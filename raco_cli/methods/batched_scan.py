@@ -19,8 +19,8 @@ A run's rows are visited in increasing row order, as in its own sample, so each 
 add the same terms in the same order as a loop over its sample; the dot products and row
 sums may be reassociated (``fastmath`` with ``reassoc`` and ``contract`` only: NaN and inf
 keep their IEEE meaning, so non-finite rows are still found and dropped).  The results equal
-the torch path to float32 rounding (tests/unit/methods/test_batched_scan.py, and the batched
-equivalence tests at 1e-6).
+the torch path to float32 rounding: tests/unit/methods/test_batched.py runs the batched
+equivalence tests (each run equal to the run alone at 1e-6) on this pass too.
 
 numba compiles the kernels on first use (a few seconds, then cached in ``__pycache__``); this
 module, and numba with it, is imported only when a group trains on the CPU
