@@ -239,7 +239,7 @@ def test_a_group_rejects_the_dro_objective(small):
 @pytest.fixture
 def compiled_pass(monkeypatch):
     """The compiled data pass (methods/batched_scan.py) wherever it applies: these groups are
-    small and narrow, where the default keeps torch's path.  Yields the steps it ran."""
+    small and narrow, where the default keeps torch's path.  Returns the list of steps it ran."""
     from raco_cli.methods import batched_scan
     from raco_cli.methods.sgda import batched as sgda_batched
 
