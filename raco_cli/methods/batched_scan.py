@@ -8,19 +8,23 @@ With R x 2B far above n every row is sampled by several runs, so here the step's
 inverted (for each row, which runs sampled it, as histogram or gradient row) and the table is
 read once, in order, per pass:
 
-1. :meth:`Scan.histograms` (constrained runs): each histogram row's tempered softmax added to
-   its cell (paper eq. 8, :func:`raco_cli.methods.sgda.batched._histograms`), and the logits
-   of each gradient row kept;
-2. :meth:`Scan.clipped_sums`: each gradient row's logit gradient with the regularizer
+1. :meth:`Scan.logits`: every entry's logits (the dot products);
+2. between the passes, vectorised in numpy: every entry's softmax and tempered softmax
+   (numpy's SIMD exp; a scalar exp per entry inside the kernels was a third of the step), and
+   (constrained runs, :meth:`Scan.histograms`) each histogram row's tempered softmax added to
+   its cell (paper eq. 8, :func:`raco_cli.methods.sgda.batched._histograms`);
+3. :meth:`Scan.clipped_sums`: each gradient row's logit gradient with the regularizer
    (eq. 10), its norm, clip factor and contribution to the sums,
    :func:`raco_cli.methods.batched.clipped_sums`.
 
 A run's rows are visited in increasing row order, as in its own sample, so each run's sums
 add the same terms in the same order as a loop over its sample; the dot products and row
 sums may be reassociated (``fastmath`` with ``reassoc`` and ``contract`` only: NaN and inf
-keep their IEEE meaning, so non-finite rows are still found and dropped).  The results equal
-the torch path to float32 rounding: tests/unit/methods/test_batched.py runs the batched
-equivalence tests (each run equal to the run alone at 1e-6) on this pass too.
+keep their IEEE meaning, so non-finite rows are still found and dropped).  The softmax is
+torch's max-shifted form, so a non-finite logit gives NaN rates (counted 0 in a histogram)
+as in torch.  The results equal the torch path to float32 rounding:
+tests/unit/methods/test_batched.py runs the batched equivalence tests (each run equal to the
+run alone at 1e-6) on this pass too.
 
 numba compiles the kernels on first use (a few seconds, then cached in ``__pycache__``); this
 module, and numba with it, is imported only when a group trains on the CPU
@@ -42,13 +46,21 @@ _FASTMATH = {"reassoc", "contract"}  # vectorised dot products; no nnan / ninf
 
 class Scan:
     """One group's compiled data pass; :meth:`sample` each step, then :meth:`histograms`
-    (constrained) and :meth:`clipped_sums`."""
+    (constrained) or :meth:`logits`, then :meth:`clipped_sums`."""
 
     def __init__(self, rows: GroupRows, R: int) -> None:
         self.P = rows.packed.numpy()  # (n + 1, D): X | onehot | norm | cells, pad row n
         self.n, self.d, self.K, self.Q, self.R = rows.n, rows.d, rows.K, rows.Q, R
-        self.Z = np.empty((R, 0, self.K), dtype=np.float32)
-        self.order = self.starts = self.entries = np.empty(0, dtype=np.int64)
+        # each row's cell (-1: none, a neutralised row), read once: the cell columns are one-hot
+        # or zero, so a row's histogram term is its rates in that cell, and its regularizer
+        # weights that cell's (what torch's products with the one-hot columns give)
+        cells = self.P[:, self.d + self.K + 1 : self.d + self.K + 1 + self.Q]
+        if not (np.isin(cells, (0.0, 1.0)).all() and (cells.sum(axis=1) <= 1.0).all()):
+            raise ValueError("the packed cell columns must be one-hot or zero rows")
+        self.cell = np.where(cells.any(axis=1), cells.argmax(axis=1), -1).astype(np.int64) if self.Q else np.full(len(cells), -1, dtype=np.int64)
+        self.order = self.starts = self.entries = self.run_of = np.empty(0, dtype=np.int64)
+        self.Z = np.empty((self.K, 0), dtype=np.float32)  # (K, entries): each entry's logits, class-major
+        self.pt: np.ndarray | None = None  # the entries' tempered softmax, set by histograms()
         self.shared = False  # sampling=shared: the gradient rows are the histogram's too
         self.width = 1  # bits of the slot in an entry's code
 
@@ -61,21 +73,37 @@ class Scan:
         idx_g, len_g = grad
         self.width = max(idx_h.shape[1], idx_g.shape[1], 1).bit_length()  # bits of a slot
         self.order, self.starts, self.entries = _invert(idx_h, len_h, idx_g, len_g, self.n, self.width)
-        if self.Z.shape[1] < idx_g.shape[1]:
-            self.Z = np.empty((self.R, idx_g.shape[1] + idx_g.shape[1] // 8, self.K), dtype=np.float32)
+        self.run_of = self.entries >> (self.width + 1)
+        if self.Z.shape[1] < len(self.entries):
+            self.Z = np.empty((self.K, len(self.entries) + len(self.entries) // 8), dtype=np.float32)
+        self.pt = None
+
+    def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
+        """Every entry's logits under its run's parameters (pass 1: the dot products)."""
+        _logits(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(), self.d, self.K, self.Z)
 
     def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray) -> torch.Tensor:
         """Exact histograms (R, Q, K) float64 of the histogram rows under each run's tempered
-        softmax (``temperature`` (R,)); keeps the gradient rows' logits for :meth:`clipped_sums`."""
+        softmax (``temperature`` (R,)); keeps every entry's tempered softmax for :meth:`clipped_sums`."""
+        self.logits(W, b)
+        self.pt = self._softmax(temperature)
         H = np.zeros((self.R, self.Q, self.K))
-        _histograms(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(),
-                    temperature.astype(np.float32), self.d, self.K, self.Q, H, self.Z, True, self.shared)
+        _histograms(self.cell, self.order, self.starts, self.entries, self.width, self.pt, self.K, H, self.shared)
         return torch.from_numpy(H)
 
-    def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
-        """The gradient rows' logits only (unconstrained runs: no histogram)."""
-        _histograms(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(),
-                    np.ones(self.R, dtype=np.float32), self.d, self.K, self.Q, np.zeros((self.R, self.Q, self.K)), self.Z, False, False)
+    def _softmax(self, temperature: np.ndarray | None) -> np.ndarray:
+        """``softmax(tau_r z)`` (K, entries) of every entry, vectorised (numpy's SIMD exp; one
+        scalar exp per entry inside the kernels was a third of the pass), in torch's
+        max-shifted form: a non-finite logit gives NaN rates, as in torch."""
+        E = len(self.entries)
+        A = self.Z[:, :E].copy()
+        if temperature is not None and np.any(temperature != 1.0):
+            A *= temperature[0] if np.all(temperature == temperature[0]) else temperature.astype(np.float32)[self.run_of]
+        with np.errstate(invalid="ignore", over="ignore"):
+            A -= A.max(axis=0)
+            np.exp(A, out=A)
+            A /= A.sum(axis=0)
+        return A
 
     def clipped_sums(self, weights: np.ndarray | None, reg_temp: np.ndarray, temperature: np.ndarray,
                      clip: np.ndarray | None) -> GroupSum:
@@ -83,15 +111,17 @@ class Scan:
         (R, Q, K) the regularizer's cell weights (None: no regularizer), ``reg_temp`` (R,)
         ``q|D| tau`` per run, ``temperature`` (R,), ``clip`` (R,) norms (None: no clipping)."""
         R, K, d = self.R, self.K, self.d
+        p = self.pt if self.pt is not None and np.all(temperature == 1.0) else self._softmax(None)
+        pt = self.pt if weights is not None and self.pt is not None else p
         GW, Gb = np.zeros((R, K, d), dtype=np.float32), np.zeros((R, K), dtype=np.float32)
         clipped, nonfinite = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
         norm_sum = np.zeros(R)
         _clipped_sums(
-            self.P, self.order, self.starts, self.entries, self.width, self.Z,
+            self.P, self.cell, self.order, self.starts, self.entries, self.width, p, pt,
             np.zeros((R, self.Q, K), dtype=np.float32) if weights is None else weights.astype(np.float32), weights is not None,
-            reg_temp.astype(np.float32), temperature.astype(np.float32),
+            reg_temp.astype(np.float32),
             np.ones(R, dtype=np.float32) if clip is None else clip.astype(np.float32), clip is not None,
-            self.d, self.K, self.Q, GW, Gb, clipped, norm_sum, nonfinite,
+            self.d, self.K, GW, Gb, clipped, norm_sum, nonfinite,
         )
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
@@ -141,89 +171,66 @@ def _invert(idx_h, len_h, idx_g, len_g, n, width):
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _softmax_into(out, z, tau, K):
-    """``softmax(tau z)`` into out (K,), torch's max-shifted form."""
-    m = -np.inf
-    for k in range(K):
-        out[k] = tau * z[k]
-        if out[k] > m or np.isnan(out[k]):
-            m = out[k]
-    total = np.float32(0.0)
-    for k in range(K):
-        out[k] = np.exp(out[k] - m)
-        total += out[k]
-    for k in range(K):
-        out[k] = out[k] / total
-
-
-@njit(cache=True, fastmath=_FASTMATH)
-def _histograms(P, order, starts, entries, width, W, b, tau, d, K, Q, H, Z, histogram, shared):
-    z = np.empty(K, dtype=np.float32)
-    p = np.empty(K, dtype=np.float32)
+def _logits(P, order, starts, entries, width, W, b, d, K, Z):
+    """Pass 1: ``Z[:, t]``, entry t's logits under its run's (W, b), reading each row once."""
     for i in order:
         for t in range(starts[i], starts[i + 1]):
-            code = entries[t]
-            slot = code & ((1 << width) - 1)
-            rs = code >> width
-            r, s = rs >> 1, rs & 1
+            r = entries[t] >> (width + 1)
             if K == 2:  # both classes in one pass over the row (most tables are binary)
                 z0, z1 = b[r, 0], b[r, 1]
                 for j in range(d):
                     x = P[i, j]
                     z0 += W[r, 0, j] * x
                     z1 += W[r, 1, j] * x
-                z[0], z[1] = z0, z1
+                Z[0, t], Z[1, t] = z0, z1
             else:
                 for k in range(K):
                     acc = b[r, k]
                     for j in range(d):
                         acc += W[r, k, j] * P[i, j]
-                    z[k] = acc
-            if s == 1:
+                    Z[k, t] = acc
+
+
+@njit(cache=True)
+def _histograms(cell, order, starts, entries, width, pt, K, H, shared):
+    """Each histogram row's tempered softmax ``pt[:, t]`` added to its run's histogram at the
+    row's cell (paper eq. 8); a non-finite rate counts 0 (core._histogram)."""
+    for i in order:
+        q = cell[i]
+        if q < 0:
+            continue
+        for t in range(starts[i], starts[i + 1]):
+            rs = entries[t] >> width
+            if (rs & 1) == 0 or shared:
+                r = rs >> 1
                 for k in range(K):
-                    Z[r, slot, k] = z[k]
-            if histogram and (s == 0 or shared):
-                _softmax_into(p, z, tau[r], K)
-                for q in range(Q):
-                    c = P[i, d + K + 1 + q]
-                    if c != 0.0:
-                        for k in range(K):
-                            if np.isfinite(p[k]):  # a non-finite rate counts 0 (core._histogram)
-                                H[r, q, k] += c * p[k]
+                    v = pt[k, t]
+                    if np.isfinite(v):
+                        H[r, q, k] += v
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _clipped_sums(P, order, starts, entries, width, Z, weights, regularized, reg_temp, tau, clip, clipping, d, K, Q,
+def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, K,
                   GW, Gb, clipped, norm_sum, nonfinite):
-    p = np.empty(K, dtype=np.float32)
-    pt = np.empty(K, dtype=np.float32)
-    c = np.empty(K, dtype=np.float32)
+    """Pass 2: each gradient row's logit gradient ``p - e_y`` plus the regularizer's term
+    (eq. 10) from the entries' softmax ``p`` and tempered softmax ``pt``, its norm, clip
+    factor and contribution to its run's sums."""
     g = np.empty(K, dtype=np.float32)
     for i in order:
+        q = cell[i]
         for t in range(starts[i], starts[i + 1]):
-            code = entries[t]
-            rs = code >> width
+            rs = entries[t] >> width
             r, s = rs >> 1, rs & 1
             if s == 0:
                 continue
-            slot = code & ((1 << width) - 1)
-            _softmax_into(p, Z[r, slot], np.float32(1.0), K)
             for k in range(K):
-                g[k] = p[k] - P[i, d + k]  # p - e_y
-            if regularized:
-                if tau[r] == 1.0:
-                    for k in range(K):
-                        pt[k] = p[k]
-                else:
-                    _softmax_into(pt, Z[r, slot], tau[r], K)
+                g[k] = p[k, t] - P[i, d + k]  # p - e_y
+            if regularized and q >= 0:  # the row's cell weights c = weights[r, q] (none: c = 0)
                 inner = np.float32(0.0)
                 for k in range(K):
-                    c[k] = 0.0
-                    for q in range(Q):
-                        c[k] += P[i, d + K + 1 + q] * weights[r, q, k]
-                    inner += c[k] * pt[k]
+                    inner += weights[r, q, k] * pt[k, t]
                 for k in range(K):
-                    g[k] = g[k] + reg_temp[r] * pt[k] * (c[k] - inner)
+                    g[k] = g[k] + reg_temp[r] * pt[k, t] * (weights[r, q, k] - inner)
             sq = np.float32(0.0)
             for k in range(K):
                 sq += g[k] * g[k]
