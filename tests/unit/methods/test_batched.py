@@ -303,7 +303,7 @@ def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, 
 
 def test_the_compiled_pass_is_the_default_for_wide_rows_read_by_several_runs(monkeypatch):
     """Default choice: the compiled pass where a step's samples hold >= n rows of >= 16 features
-    (Adult, Credit), torch's path for narrow rows (Heart, Parkinsons) or sparse samples."""
+    (Adult, Credit, Heart, Parkinsons), torch's path for narrower rows (6 features) or sparse samples."""
     from raco_cli.data import synthetic
     from raco_cli.methods import batched_scan
 
