@@ -57,6 +57,26 @@ from raco_cli.privacy.preprocessing import standardize_columns
 
 EVAL_RUNS = 16  # runs per evaluation chunk
 
+#: the compiled data pass (methods/batched_scan.py): None where it is faster
+#: (:func:`compiled_scan_applies`), True wherever it applies, False never (the equivalence
+#: tests force both ways)
+COMPILED_SCAN: bool | None = None
+SCAN_MIN_COVERAGE = 1.0  # the group's sampled rows a step, over n
+SCAN_MIN_FEATURES = 16  # narrower rows: per-row work too small to pay (d = 6: a tie; Heart, d = 21: -19 %)
+
+
+def compiled_scan_applies(rows: GroupRows, sampled_per_step: float, device: torch.device) -> bool:
+    """Whether a group's steps take the compiled data pass (:mod:`raco_cli.methods.batched_scan`):
+    on the CPU, without per-run DP standardisation, where it is faster than torch's gather and
+    products: steps whose samples hold at least n rows (``sampled_per_step``: every run's
+    expected sampled rows, over all its samples) of at least 16 features (docs/batched.md,
+    "The compiled data pass").  ``COMPILED_SCAN`` overrides the speed rule."""
+    if device.type != "cpu" or rows.m:
+        return False
+    if COMPILED_SCAN is not None:
+        return COMPILED_SCAN
+    return sampled_per_step >= SCAN_MIN_COVERAGE * max(rows.n, 1) and rows.d >= SCAN_MIN_FEATURES
+
 #: MethodSpec fields that may differ between the runs of a group (everything else must match);
 #: ``train_size``: each run's released n~ under scope=model (its own q = B / n~, sampled by
 #: ``poisson_sample_many`` at a per-run rate), so the seeds of a scope=model sweep group too

@@ -61,6 +61,7 @@ class Scan:
         self.order = self.starts = self.entries = self.run_of = np.empty(0, dtype=np.int64)
         self.Z = np.empty((self.K, 0), dtype=np.float32)  # (K, entries): each entry's logits, class-major
         self.pt: np.ndarray | None = None  # the entries' tempered softmax, set by histograms()
+        self.p: np.ndarray | None = None  # the entries' softmax, set by clipped_sums()
         self.shared = False  # sampling=shared: the gradient rows are the histogram's too
         self.width = 1  # bits of the slot in an entry's code
 
@@ -76,7 +77,7 @@ class Scan:
         self.run_of = self.entries >> (self.width + 1)
         if self.Z.shape[1] < len(self.entries):
             self.Z = np.empty((self.K, len(self.entries) + len(self.entries) // 8), dtype=np.float32)
-        self.pt = None
+        self.pt = self.p = None
 
     def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
         """Every entry's logits under its run's parameters (pass 1: the dot products)."""
@@ -113,6 +114,7 @@ class Scan:
         R, K, d = self.R, self.K, self.d
         p = self.pt if self.pt is not None and np.all(temperature == 1.0) else self._softmax(None)
         pt = self.pt if weights is not None and self.pt is not None else p
+        self.p = p
         GW, Gb = np.zeros((R, K, d), dtype=np.float32), np.zeros((R, K), dtype=np.float32)
         clipped, nonfinite = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
         norm_sum = np.zeros(R)
@@ -126,6 +128,20 @@ class Scan:
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
 
+
+    def w_gradient_sums(self, Wd: torch.Tensor, s: torch.Tensor, clip_w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """DP-FERMI's W-player sums (:func:`raco_cli.methods.dp_fermi._w_gradient_sums`) of the
+        gradient rows, from the softmax :meth:`clipped_sums` computed: ``Wd`` (R, k, l), ``s``
+        (R, k), ``clip_w`` (R,); returns the (R, k, l) sums and the (R,) clip counts."""
+        if self.p is None:
+            raise RuntimeError("w_gradient_sums reads the softmax of clipped_sums: call it first")
+        W, sv = Wd.numpy().astype(np.float32), s.numpy().astype(np.float32)
+        dist = (W * W).sum(axis=1)[:, None, :] - 2.0 * W * sv[:, :, None] + (sv * sv)[:, :, None]  # (R, k, l)
+        by_group, row_sum = np.zeros_like(W), np.zeros((self.R, W.shape[2]), dtype=np.float32)
+        clipped = np.zeros(self.R, dtype=np.int64)
+        _w_sums(self.cell, self.order, self.starts, self.entries, self.width, self.p, dist, clip_w.astype(np.float32), by_group, row_sum, clipped)
+        G = 2.0 * (sv[:, :, None] * by_group - W * row_sum[:, None, :])
+        return torch.from_numpy(G), torch.from_numpy(clipped)
 
 # --- the kernels ------------------------------------------------------------------------------
 # An entry codes (run r, kind s, slot) as ((2 r + s) << width) | slot: s = 0 a histogram row,
@@ -256,3 +272,36 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
                     Gb[r, k] += fg
                     for j in range(d):
                         GW[r, k, j] += fg * P[i, j]
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _w_sums(cell, order, starts, entries, width, p, dist, clip_w, by_group, row_sum, clipped):
+    """DP-FERMI's W-player terms of each gradient row: ``F = p[:, t]`` (rows with a non-finite
+    F add nothing), its norm ``2 sqrt(sum_l F_l^2 dist[r, g, l])``, clip factor
+    ``min(1, C_w / norm)``, and the clipped F added to its group's sum and to the run's total."""
+    K = p.shape[0]
+    for i in order:
+        q = cell[i]
+        for t in range(starts[i], starts[i + 1]):
+            rs = entries[t] >> width
+            r, s = rs >> 1, rs & 1
+            if s == 0:
+                continue
+            finite = True
+            for k in range(K):
+                if not np.isfinite(p[k, t]):
+                    finite = False
+            if not finite:
+                continue
+            sq = np.float32(0.0)
+            if q >= 0:  # (a row without a group: distance 0, its F in the total only, as torch's product)
+                for k in range(K):
+                    sq += p[k, t] * p[k, t] * dist[r, q, k]
+            norm = np.float32(2.0) * np.sqrt(max(sq, np.float32(0.0)))
+            if norm > clip_w[r]:
+                clipped[r] += 1
+            f = min(np.float32(1.0), clip_w[r] / (norm + np.float32(1e-12)))
+            for k in range(K):
+                if q >= 0:
+                    by_group[r, q, k] += f * p[k, t]
+                row_sum[r, k] += f * p[k, t]

@@ -393,6 +393,14 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     step_w = np.array([sp.lr_dual / e for sp, e in zip(specs, expected_batch)])
     radius = np.array([o["w_radius"] for o in opts])
     has_w = torch.as_tensor(with_w, device=device).view(R, 1, 1)
+    scan = None  # the compiled data pass (methods/batched_scan.py) where it is faster: theta's
+    # regularizer weights are each row's A[g_i], RaCO-DP's cell weights at tau = 1
+    if batched.compiled_scan_applies(rows, R * float(np.max(expected_batch)), device):
+        from raco_cli.methods.batched_scan import Scan
+
+        scan = Scan(rows, R)
+        lams_np, ones = np.array(lams, dtype=np.float32), np.ones(R, dtype=np.float32)
+        clip_np, clip_w_np = clip.reshape(R).numpy(), clip_w.reshape(R).numpy()
 
     checkpoints = batched.GroupCheckpoints(data, members, layers, device, steps=steps)
     clipped, clipped_w = torch.zeros(R, dtype=torch.long), torch.zeros(R, dtype=torch.long)
@@ -407,14 +415,20 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     for t in range(1, steps + 1):
         t0 = time.perf_counter()
         idx, lengths = poisson_sample_many(n, q, g_sample)
-        rb = rows.gather(idx[:, 0])
         with torch.no_grad():
-            z = batched.group_logits(W, b, rb["X"])  # (R, K, L)
-            ghot = rb["cellhot"]  # (R, L, k): each row's group
-            A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))
-            c = torch.bmm(A.transpose(1, 2), ghot.transpose(1, 2))  # (R, l, L): row i's A[g_i]
-            res = batched.clipped_sums(rb, z, c, reg_temp=reg, temperature=None, clip=clip)
-            G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()).transpose(1, 2), ghot, rb["valid"], Wd, s, clip_w)
+            A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))  # (R, k, l)
+            if scan is not None:
+                scan.sample(None, (idx[:, 0], lengths[:, 0]))
+                scan.logits(W, b)
+                res = scan.clipped_sums(A.numpy(), lams_np, ones, clip_np)
+                G_w, nc = scan.w_gradient_sums(Wd, s, clip_w_np)
+            else:
+                rb = rows.gather(idx[:, 0])
+                z = batched.group_logits(W, b, rb["X"])  # (R, K, L)
+                ghot = rb["cellhot"]  # (R, L, k): each row's group
+                c = torch.bmm(A.transpose(1, 2), ghot.transpose(1, 2))  # (R, l, L): row i's A[g_i]
+                res = batched.clipped_sums(rb, z, c, reg_temp=reg, temperature=None, clip=clip)
+                G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()).transpose(1, 2), ghot, rb["valid"], Wd, s, clip_w)
         clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
         clipped_w = clipped_w + nc.cpu() * torch.as_tensor(with_w)
         for cnt in counts:

@@ -22,6 +22,7 @@ from raco_cli.methods.batched import (
     Member,
     check_group,
     clipped_sums,
+    compiled_scan_applies,
     gaussian_many,
     group_logits,
     group_onehots,
@@ -37,12 +38,6 @@ from raco_cli.methods.sgda import core
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import poisson_sample_many, sampling_generator
-
-#: the compiled data pass (methods/batched_scan.py): None where it is faster (below), True
-#: wherever it applies, False never (the equivalence tests force both ways)
-COMPILED_SCAN: bool | None = None
-SCAN_MIN_COVERAGE = 1.0  # the group's sampled rows a step, over n
-SCAN_MIN_FEATURES = 16  # narrower rows: per-row work too small to pay (d = 6: a tie; Heart, d = 21: -19 %)
 
 
 def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
@@ -99,14 +94,11 @@ def run_core(
     lambda_max = np.array([s.lambda_max for s in specs])[:, None]
     floors = np.array([s.denominator_floor for s in specs])[:, None]
 
-    # the CPU, public features as they are, soft rates: the step's data pass compiled, the
-    # table read in row order (methods/batched_scan.py), where it is faster than torch's gather
-    # and products: steps whose samples hold at least n rows (each row read by several runs)
-    # of wide rows (docs/batched.md, "The compiled data pass")
+    # soft rates: the step's data pass compiled, the table read in row order
+    # (methods/batched_scan.py), where it is faster than torch's gather and products
     scan = None
-    coverage = R * (2 if independent else 1) * float(np.max(expected_batch)) / max(n, 1)
-    faster = coverage >= SCAN_MIN_COVERAGE and rows.d >= SCAN_MIN_FEATURES
-    if (faster if COMPILED_SCAN is None else COMPILED_SCAN) and device.type == "cpu" and rows.m == 0 and not hard:
+    sampled = R * (2 if independent else 1) * float(np.max(expected_batch))
+    if not hard and compiled_scan_applies(rows, sampled, device):
         from raco_cli.methods.batched_scan import Scan
 
         scan = Scan(rows, R)

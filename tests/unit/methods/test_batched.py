@@ -241,9 +241,8 @@ def compiled_pass(monkeypatch):
     """The compiled data pass (methods/batched_scan.py) wherever it applies: these groups are
     small and narrow, where the default keeps torch's path.  Returns the list of steps it ran."""
     from raco_cli.methods import batched_scan
-    from raco_cli.methods.sgda import batched as sgda_batched
 
-    monkeypatch.setattr(sgda_batched, "COMPILED_SCAN", True)
+    monkeypatch.setattr(batched, "COMPILED_SCAN", True)
     steps: list[int] = []
     sample = batched_scan.Scan.sample
 
@@ -267,6 +266,25 @@ def test_a_run_in_a_group_on_the_compiled_pass_equals_the_run_alone(small, name,
     assert len(compiled_pass) == STEPS
 
 
+def _fermi_specs(scope="paper"):
+    """DP-FERMI runs: lam 0 (no W player), 1 (its W gradients clipped) and 4, their own W noise,
+    one with public group proportions."""
+    return [replace(s, options={"lam": lam, "noise_multiplier_w": 2.0 + i, **({"group_proportions": [0.4, 0.6]} if i == 2 else {}),
+                                **({"clip_norm_w": 0.05} if i == 1 else {})},
+                    hist_noise_multiplier=None, temperature=1.0)
+            for i, (s, lam) in enumerate(zip(_specs("dp_fermi", scope=scope), (0.0, 1.0, 4.0)))]
+
+
+@pytest.mark.parametrize("scope", ["paper", "model"])
+def test_dp_fermi_in_a_group_on_the_compiled_pass_equals_alone(small, scope, compiled_pass):
+    """DP-FERMI's theta step (its regularizer weights A[g_i] per row) and its W player's clipped
+    sums on the compiled pass: each run equals the run alone (1e-6)."""
+    alone, group = _run_both(small, "dp_fermi", _fermi_specs(scope))
+    assert len(compiled_pass) == STEPS
+    assert [g.stats["clip_fraction_w"] for g in group] == pytest.approx([a.stats["clip_fraction_w"] for a in alone], abs=TOL)
+    assert group[1].stats["clip_fraction_w"] > 0  # the W player's clipping is exercised
+
+
 def test_the_compiled_pass_leaves_hard_rates_to_torch(small, compiled_pass):
     _run_both(small, "raco_dp", _specs("raco_dp", dual="hard"))
     assert not compiled_pass
@@ -278,21 +296,19 @@ def _group(data, name, specs):
     return methods.get(name).fit_many(data, members, steps=STEPS, device=CPU)
 
 
-@pytest.mark.parametrize("name", ["raco_dp", "dp_sgd"])
+@pytest.mark.parametrize("name", ["raco_dp", "dp_sgd", "dp_fermi"])
 def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, name, monkeypatch):
     """Rows with a non-finite feature (neutralised: no cell, infinite norm) and a run at an
     absurd learning rate: the same rows are dropped and counted, the same rows clipped, the
     same parameters."""
-    from raco_cli.methods.sgda import batched as sgda_batched
-
     X = np.array(small.X, dtype=np.float32)
     train = np.asarray(small.splits["train"])
     X[train[:10], 2], X[train[10:20], 0] = np.nan, np.inf
     data = replace(small, X=X)
-    specs = [replace(s, lr=1e30) if i == 2 else s for i, s in enumerate(_specs(name))]
+    specs = [replace(s, lr=1e30) if i == 2 else s for i, s in enumerate(_fermi_specs() if name == "dp_fermi" else _specs(name))]
     out = {}
     for flag in (False, True):
-        monkeypatch.setattr(sgda_batched, "COMPILED_SCAN", flag)
+        monkeypatch.setattr(batched, "COMPILED_SCAN", flag)
         out[flag] = _group(data, name, specs)
     for a, g in zip(out[False], out[True]):
         assert g.stats["nonfinite_rows"] == a.stats["nonfinite_rows"] and g.stats["clip_fraction"] == pytest.approx(a.stats["clip_fraction"])
