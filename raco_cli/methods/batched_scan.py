@@ -8,14 +8,17 @@ With R x 2B far above n every row is sampled by several runs, so here the step's
 inverted (for each row, which runs sampled it, as histogram or gradient row) and the table is
 read once, in order, per pass:
 
-1. :meth:`Scan.logits`: every entry's logits (the dot products);
+1. :meth:`Scan.logits`: every entry's logits (the dot products), an entry being one (run,
+   sample, row) of the step;
 2. between the passes, vectorised in numpy: every entry's softmax and tempered softmax
    (numpy's SIMD exp; a scalar exp per entry inside the kernels was a third of the step), and
-   (constrained runs, :meth:`Scan.histograms`) each histogram row's tempered softmax added to
-   its cell (paper eq. 8, :func:`raco_cli.methods.sgda.batched._histograms`);
+   (constrained runs, :meth:`Scan.histograms`) each histogram row's tempered softmax, or its
+   arg-max one-hot under ``dual=hard``, added to its cell (paper eq. 8,
+   :func:`raco_cli.methods.sgda.batched._histograms`);
 3. :meth:`Scan.clipped_sums`: each gradient row's logit gradient with the regularizer
    (eq. 10), its norm, clip factor and contribution to the sums,
-   :func:`raco_cli.methods.batched.clipped_sums`.
+   :func:`raco_cli.methods.batched.clipped_sums`; for DP-FERMI also its W player's clipped
+   sums (:meth:`Scan.w_gradient_sums`).
 
 A run's rows are visited in increasing row order, as in its own sample, so each run's sums
 add the same terms in the same order as a loop over its sample; the dot products and row
@@ -28,9 +31,10 @@ run alone at 1e-6) on this pass too.
 
 numba compiles the kernels on first use (a few seconds, then cached in ``__pycache__``); this
 module, and numba with it, is imported only when a group trains on the CPU
-(:func:`raco_cli.methods.sgda.batched.run_core`): ``raco --help`` and the one-run path never
-import it.  Groups the kernels do not cover (``dual=hard``, per-run DP standardisation,
-accelerators) keep the torch path.
+(:func:`raco_cli.methods.sgda.batched.run_core`, :func:`raco_cli.methods.dp_fermi.fit_many`):
+``raco --help`` and the one-run path never import it.  Groups the kernels do not cover
+(per-run DP standardisation, accelerators) keep the torch path
+(:func:`raco_cli.methods.batched.compiled_scan_applies`).
 """
 
 from __future__ import annotations
@@ -83,14 +87,22 @@ class Scan:
         """Every entry's logits under its run's parameters (pass 1: the dot products)."""
         _logits(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(), self.d, self.K, self.Z)
 
-    def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray) -> torch.Tensor:
+    def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray, *, hard: bool = False) -> torch.Tensor:
         """Exact histograms (R, Q, K) float64 of the histogram rows under each run's tempered
-        softmax (``temperature`` (R,)); keeps every entry's tempered softmax for :meth:`clipped_sums`."""
+        softmax (``temperature`` (R,)), or of their arg-max one-hots (``hard``: ``dual=hard``);
+        keeps every entry's tempered softmax for the regularizer of :meth:`clipped_sums`."""
         self.logits(W, b)
         self.pt = self._softmax(temperature)
         H = np.zeros((self.R, self.Q, self.K))
-        _histograms(self.cell, self.order, self.starts, self.entries, self.width, self.pt, self.K, H, self.shared)
+        _histograms(self.cell, self.order, self.starts, self.entries, self.width, self._onehots() if hard else self.pt, self.K, H,
+                    self.shared)
         return torch.from_numpy(H)
+
+    def _onehots(self) -> np.ndarray:
+        """Arg-max one-hots (K, entries) of every entry's logits, as ``one_hot(z.argmax())``: the
+        first maximal class, a NaN counting as the maximum (numpy's argmax, as torch's)."""
+        best = np.argmax(self.Z[:, : len(self.entries)], axis=0)
+        return (best[None, :] == np.arange(self.K)[:, None]).astype(np.float32)
 
     def _softmax(self, temperature: np.ndarray | None) -> np.ndarray:
         """``softmax(tau_r z)`` (K, entries) of every entry, vectorised (numpy's SIMD exp; one

@@ -94,11 +94,11 @@ def run_core(
     lambda_max = np.array([s.lambda_max for s in specs])[:, None]
     floors = np.array([s.denominator_floor for s in specs])[:, None]
 
-    # soft rates: the step's data pass compiled, the table read in row order
-    # (methods/batched_scan.py), where it is faster than torch's gather and products
+    # the step's data pass compiled, the table read in row order (methods/batched_scan.py),
+    # where it is faster than torch's gather and products
     scan = None
     sampled = R * (2 if independent else 1) * float(np.max(expected_batch))
-    if not hard and compiled_scan_applies(rows, sampled, device):
+    if compiled_scan_applies(rows, sampled, device):
         from raco_cli.methods.batched_scan import Scan
 
         scan = Scan(rows, R)
@@ -136,7 +136,7 @@ def run_core(
             grad_rows = {k: v[:, -L:] for k, v in batch.items()}
         if constrained:
             if scan is not None:
-                H = scan.histograms(W, b, temps_np)
+                H = scan.histograms(W, b, temps_np, hard=hard)
             else:
                 with torch.no_grad():
                     z_all = group_logits(W, b, batch["X"])
