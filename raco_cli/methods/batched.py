@@ -238,8 +238,10 @@ class GroupEvaluator:
     @torch.no_grad()
     def logits(self, W: torch.Tensor, b: torch.Tensor, split: str) -> np.ndarray:
         """Float64 logits (R, n, K) of the runs' current parameters on a split; for two
-        classes the margins ``z_1 - z_0`` (R, n), one product with the weight differences
-        (half the work, and all a binary evaluation needs)."""
+        classes the float32 margins ``z_1 - z_0`` (R, n), one product with the weight
+        differences (half the work, and all a binary evaluation needs), written run-major
+        (each run's margins contiguous: the evaluation converts them to float64 a chunk of runs
+        at a time, in cache, instead of transposing a (n, R) product)."""
         R, K, d = W.shape
         if self.m:  # x_std = (u - mean) / std: W_num x_std = (W_num / std) u - W_num mean / std
             Wn = W[..., : self.m].double()
@@ -247,9 +249,8 @@ class GroupEvaluator:
             W = torch.cat([(Wn / std).float(), W[..., self.m :]], dim=2)
             b = (b.double() - (Wn * mean / std).sum(dim=2)).float()
         X = self.X[split]
-        if K == 2:  # (R, n) row-major: each run's margins contiguous for the evaluation's chunks
-            margins = torch.addmm(b[:, 1] - b[:, 0], X, (W[:, 1] - W[:, 0]).t()).cpu().numpy()  # (n, R)
-            return np.ascontiguousarray(margins.T, dtype=np.float64)
+        if K == 2:
+            return torch.addmm((b[:, 1] - b[:, 0])[:, None], W[:, 1] - W[:, 0], X.t()).cpu().numpy()  # (R, n)
         Z = torch.addmm(b.reshape(R * K), X, W.reshape(R * K, d).t())  # (n, R*K)
         return Z.view(len(X), R, K).permute(1, 0, 2).double().cpu().numpy()
 
