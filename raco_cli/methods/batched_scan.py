@@ -61,7 +61,9 @@ class Scan:
         cells = self.P[:, self.d + self.K + 1 : self.d + self.K + 1 + self.Q]
         if not (np.isin(cells, (0.0, 1.0)).all() and (cells.sum(axis=1) <= 1.0).all()):
             raise ValueError("the packed cell columns must be one-hot or zero rows")
-        self.cell = np.where(cells.any(axis=1), cells.argmax(axis=1), -1).astype(np.int64) if self.Q else np.full(len(cells), -1, dtype=np.int64)
+        self.cell = np.full(len(cells), -1, dtype=np.int64)
+        if self.Q:
+            self.cell = np.where(cells.any(axis=1), cells.argmax(axis=1), -1).astype(np.int64)
         self.order = self.starts = self.entries = self.run_of = np.empty(0, dtype=np.int64)
         self.Z = np.empty((self.K, 0), dtype=np.float32)  # (K, entries): each entry's logits, class-major
         self.pt: np.ndarray | None = None  # the entries' tempered softmax, set by histograms()
@@ -140,7 +142,6 @@ class Scan:
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
 
-
     def w_gradient_sums(self, Wd: torch.Tensor, s: torch.Tensor, clip_w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """DP-FERMI's W-player sums (:func:`raco_cli.methods.dp_fermi._w_gradient_sums`) of the
         gradient rows, from the softmax :meth:`clipped_sums` computed: ``Wd`` (R, k, l), ``s``
@@ -154,6 +155,7 @@ class Scan:
         _w_sums(self.cell, self.order, self.starts, self.entries, self.width, self.p, dist, clip_w.astype(np.float32), by_group, row_sum, clipped)
         G = 2.0 * (sv[:, :, None] * by_group - W * row_sum[:, None, :])
         return torch.from_numpy(G), torch.from_numpy(clipped)
+
 
 # --- the kernels ------------------------------------------------------------------------------
 # An entry codes (run r, kind s, slot) as ((2 r + s) << width) | slot: s = 0 a histogram row,
