@@ -18,7 +18,7 @@ read once, in order, per pass:
 3. :meth:`Scan.clipped_sums`: each gradient row's logit gradient with the regularizer
    (eq. 10), its norm, clip factor and contribution to the sums,
    :func:`raco_cli.methods.batched.clipped_sums`; for DP-FERMI also its W player's clipped
-   sums (:meth:`Scan.w_gradient_sums`).
+   sums (:meth:`Scan.w_clipped_sums`).
 
 A run's rows are visited in increasing row order, as in its own sample, so each run's sums
 add the same terms in the same order as a loop over its sample; the dot products and row
@@ -64,7 +64,7 @@ class Scan:
         self.cell = np.full(len(cells), -1, dtype=np.int64)
         if self.Q:
             self.cell = np.where(cells.any(axis=1), cells.argmax(axis=1), -1).astype(np.int64)
-        self.order = self.starts = self.entries = self.run_of = np.empty(0, dtype=np.int64)
+        self.order = self.starts = self.entries = np.empty(0, dtype=np.int64)
         self.Z = np.empty((self.K, 0), dtype=np.float32)  # (K, entries): each entry's logits, class-major
         self.pt: np.ndarray | None = None  # the entries' tempered softmax, set by histograms()
         self.p: np.ndarray | None = None  # the entries' softmax, set by clipped_sums()
@@ -80,7 +80,6 @@ class Scan:
         idx_g, len_g = grad
         self.width = max(idx_h.shape[1], idx_g.shape[1], 1).bit_length()  # bits of a slot
         self.order, self.starts, self.entries = _invert(idx_h, len_h, idx_g, len_g, self.n, self.width)
-        self.run_of = self.entries >> (self.width + 1)
         if self.Z.shape[1] < len(self.entries):
             self.Z = np.empty((self.K, len(self.entries) + len(self.entries) // 8), dtype=np.float32)
         self.pt = self.p = None
@@ -113,7 +112,7 @@ class Scan:
         E = len(self.entries)
         A = self.Z[:, :E].copy()
         if temperature is not None and np.any(temperature != 1.0):
-            A *= temperature[0] if np.all(temperature == temperature[0]) else temperature.astype(np.float32)[self.run_of]
+            A *= temperature[0] if np.all(temperature == temperature[0]) else temperature.astype(np.float32)[self.entries >> (self.width + 1)]
         with np.errstate(invalid="ignore", over="ignore"):
             A -= A.max(axis=0)
             np.exp(A, out=A)
@@ -142,19 +141,19 @@ class Scan:
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
 
-    def w_gradient_sums(self, Wd: torch.Tensor, s: torch.Tensor, clip_w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """DP-FERMI's W-player sums (:func:`raco_cli.methods.dp_fermi._w_gradient_sums`) of the
-        gradient rows, from the softmax :meth:`clipped_sums` computed: ``Wd`` (R, k, l), ``s``
-        (R, k), ``clip_w`` (R,); returns the (R, k, l) sums and the (R,) clip counts."""
+    def w_clipped_sums(self, dist: torch.Tensor, clip_w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """DP-FERMI's W player on the gradient rows (:func:`raco_cli.methods.dp_fermi._w_gradient_sums`),
+        from the softmax F that :meth:`clipped_sums` computed: each row's norm from ``dist``
+        (R, k, l) (:func:`raco_cli.methods.dp_fermi.w_distances`), clipped to ``clip_w`` (R,);
+        returns the clipped F summed per group (R, k, l) and over all rows (R, l), and the (R,)
+        clip counts (:func:`raco_cli.methods.dp_fermi.w_gradient` makes the gradient of them)."""
         if self.p is None:
-            raise RuntimeError("w_gradient_sums reads the softmax of clipped_sums: call it first")
-        W, sv = Wd.numpy().astype(np.float32), s.numpy().astype(np.float32)
-        dist = (W * W).sum(axis=1)[:, None, :] - 2.0 * W * sv[:, :, None] + (sv * sv)[:, :, None]  # (R, k, l)
-        by_group, row_sum = np.zeros_like(W), np.zeros((self.R, W.shape[2]), dtype=np.float32)
+            raise RuntimeError("w_clipped_sums reads the softmax of clipped_sums: call it first")
+        by_group, total = np.zeros(dist.shape, dtype=np.float32), np.zeros((self.R, dist.shape[2]), dtype=np.float32)
         clipped = np.zeros(self.R, dtype=np.int64)
-        _w_sums(self.cell, self.order, self.starts, self.entries, self.width, self.p, dist, clip_w.astype(np.float32), by_group, row_sum, clipped)
-        G = 2.0 * (sv[:, :, None] * by_group - W * row_sum[:, None, :])
-        return torch.from_numpy(G), torch.from_numpy(clipped)
+        _w_sums(self.cell, self.order, self.starts, self.entries, self.width, self.p, dist.numpy(), clip_w.astype(np.float32),
+                by_group, total, clipped)
+        return torch.from_numpy(by_group), torch.from_numpy(total), torch.from_numpy(clipped)
 
 
 # --- the kernels ------------------------------------------------------------------------------

@@ -211,14 +211,24 @@ def w_gradient_sum(
     k = W.shape[0]
     finite = torch.isfinite(F).all(dim=1)
     F = torch.where(finite[:, None], F, torch.zeros_like(F))
-    col = (W * W).sum(dim=0)  # |W[:, j]|^2
-    dist = col[None, :] - 2.0 * W * s[:, None] + (s * s)[:, None]  # |W[:, j] - e_r s_r|^2, (k, l)
+    dist = w_distances(W, s)
     norms = 2.0 * torch.sqrt((F * F * dist.index_select(0, g)).sum(dim=1).clamp(min=0.0))
     f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
     fF = F * f[:, None]
     by_group = torch.zeros(k, F.shape[1], dtype=F.dtype, device=F.device).index_add_(0, g, fF)
-    G = 2.0 * (s[:, None] * by_group - W * fF.sum(dim=0)[None, :])
-    return G, (norms > clip_norm).sum()
+    return w_gradient(W, s, by_group, fF.sum(dim=0)), (norms > clip_norm).sum()
+
+
+def w_distances(W: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``|W[:, j] - e_r s_r|^2`` for every group r and class j, shape (..., k, l) of W (..., k, l)
+    and s (..., k): a row of group r has W-gradient norm ``2 sqrt(sum_j F_j^2 dist[r, j])``."""
+    return (W * W).sum(dim=-2, keepdim=True) - 2.0 * W * s[..., None] + (s * s)[..., None]
+
+
+def w_gradient(W: torch.Tensor, s: torch.Tensor, by_group: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """The summed W gradient ``2 (s_r by_group[r] - W total)`` from the clipped rows' F summed
+    per group (``by_group`` (..., k, l)) and over all rows (``total`` (..., l))."""
+    return 2.0 * (s[..., None] * by_group - W * total[..., None, :])
 
 
 def psi_cell_weights(W: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -421,7 +431,8 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
                 scan.sample(None, (idx[:, 0], lengths[:, 0]))
                 scan.logits(W, b)
                 res = scan.clipped_sums(A.numpy(), lams_np, ones, clip_np)
-                G_w, nc = scan.w_gradient_sums(Wd, s, clip_w_np)
+                by_group, total, nc = scan.w_clipped_sums(w_distances(Wd, s), clip_w_np)
+                G_w = w_gradient(Wd, s, by_group, total)
             else:
                 rb = rows.gather(idx[:, 0])
                 z = batched.group_logits(W, b, rb["X"])  # (R, K, L)
@@ -487,11 +498,7 @@ def _w_gradient_sums(
     (R, L), W (R, k, l), s (R, k), clip_norm (R, 1); returns (R, k, l) sums and (R,) clip counts."""
     finite = torch.isfinite(F).all(dim=2) & valid
     F = torch.where(finite[..., None], F, torch.zeros_like(F))
-    col = (W * W).sum(dim=1)  # (R, l)
-    dist = col[:, None, :] - 2.0 * W * s[:, :, None] + (s * s)[:, :, None]  # (R, k, l)
-    norms = 2.0 * torch.sqrt((F * F * torch.bmm(ghot, dist)).sum(dim=2).clamp(min=0.0))
+    norms = 2.0 * torch.sqrt((F * F * torch.bmm(ghot, w_distances(W, s))).sum(dim=2).clamp(min=0.0))
     f = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
     fF = F * f[..., None]
-    by_group = torch.bmm(ghot.transpose(1, 2), fF)
-    G = 2.0 * (s[:, :, None] * by_group - W * fF.sum(dim=1)[:, None, :])
-    return G, ((norms > clip_norm) & valid).sum(dim=1)
+    return w_gradient(W, s, torch.bmm(ghot.transpose(1, 2), fF), fF.sum(dim=1)), ((norms > clip_norm) & valid).sum(dim=1)
