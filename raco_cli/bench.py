@@ -17,7 +17,9 @@ A ``:secure`` suffix runs the method with its noise and Poisson batches from the
 Batched lines (``--batched 20,160``, on by default; docs/batched.md): the per-run cost of a
 step when R runs of the first method are trained as one problem
 (:mod:`raco_cli.methods.batched`), ``group step time / R``, against one run of that method
-in the same process: ``batched raco_dp R=160: ... ms/step per run = 1/x of one run``.
+in the same process: ``batched raco_dp R=160: ... ms/step per run = 1/x of one run``.  With a
+``:secure`` first method the group draws from the CSPRNG too (the default of a scope=model
+sweep): ``python -m raco_cli.bench --methods raco_dp:secure,raco_dp --baseline raco_dp``.
 
 Opacus side by side (``--opacus``, on by default; ``--no-opacus`` turns it off): Opacus'
 DP-SGD (:func:`opacus_fit`) on the same Adult training rows and settings as raco's ``dp_sgd``
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ratio {name}/{seeded}: {statistics.mean(times[name]) / statistics.mean(times[seeded]):.3f}")
     sizes = [int(r) for r in args.batched.split(",") if r.strip()]
     first = names[0]
-    if sizes and ":" not in first and hasattr(methods.get(first), "fit_many"):
+    if sizes and hasattr(methods.get(first.split(":")[0]), "fit_many"):  # (":secure": the group's noise and batches from the CSPRNG)
         from raco_cli.methods.batched import Member
 
         one, one_cpu = statistics.mean(times[first]), statistics.mean(cpu[first])
@@ -225,10 +227,11 @@ def main(argv: list[str] | None = None) -> int:
             per_run, per_run_cpu = [], []
             for rep in range(2):  # the first warms up
                 cons = constraints.build("dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05)
+                method = methods.get(first.split(":")[0])
                 members = [Member(model=models.build("logreg", input_shape=ds.input_shape, n_classes=ds.n_classes), constraints=cons,
-                                  spec=spec_of(first, methods.get(first).PRIVATE), seeds=Seeds.from_seed(1000 * rep + r)) for r in range(R)]
+                                  spec=spec_of(first, method.PRIVATE), seeds=Seeds.from_seed(1000 * rep + r)) for r in range(R)]
                 c0 = time.process_time()
-                results = methods.get(first).fit_many(ds, members, steps=args.steps, device=torch.device("cpu"))
+                results = method.fit_many(ds, members, steps=args.steps, device=torch.device("cpu"))
                 per_run.append(results[0].stats["time_per_step_ms"])
                 per_run_cpu.append(1000 * (time.process_time() - c0) / args.steps / R)
             t, c = per_run[-1], per_run_cpu[-1]

@@ -33,6 +33,7 @@ the weights, so R runs never hold R copies of the features.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +50,12 @@ from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many, split_constants
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
+    SecureNoise,
     gaussian_noise,
     laplace_noise,
     noise_source,
+    secure_exponentials,
+    secure_normals,
 )
 from raco_cli.privacy.preprocessing import standardize_columns
 
@@ -339,8 +343,12 @@ def gaussian_many(shape: tuple[int, ...], stds: Sequence[float], sources: Sequen
     Seeded torch generators: each run's standard normals are drawn into its slice of one
     tensor (its own generator, the draws ``gaussian_noise`` makes), then every run is scaled
     by its std in one product, the same float multiply ``gaussian_noise`` does per run."""
+    secure = _secure(sources)
+    if secure is not None:  # every run's normals from one CSPRNG read, then each run's std, in float64 as gaussian_noise
+        z = secure_normals(secure, (len(sources),), math.prod(shape))
+        return (z * per_run(stds, z.device, dims=2, dtype=torch.float64)).reshape(len(sources), *shape).to(dtype)
     seeded = _seeded(sources)
-    if seeded is None:  # SecureNoise: its own transform, run by run
+    if seeded is None:  # seeded and secure runs mixed: run by run
         return torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, sources)])
     z = torch.empty((len(seeded), *shape), dtype=dtype, device=seeded[0].device)
     for r, g in enumerate(seeded):
@@ -353,13 +361,25 @@ def laplace_many(shape: tuple[int, ...], scales: Sequence[float], sources: Seque
 
     Seeded torch generators: each run's two Exp(1) tensors are drawn into its slice of one
     tensor, then ``scale_r * (e0 - e1)`` of every run in two vectorised float64 operations."""
+    secure = _secure(sources)
+    if secure is not None:  # every run's Exp(1) pairs from one CSPRNG read, as laplace_noise
+        e = secure_exponentials(secure, (len(sources), 2, *shape))
+        return per_run(scales, e.device, dims=e.dim() - 1, dtype=torch.float64) * (e[:, 0] - e[:, 1])
     seeded = _seeded(sources)
-    if seeded is None:  # SecureNoise: its own transform, run by run
+    if seeded is None:  # seeded and secure runs mixed: run by run
         return torch.stack([laplace_noise(shape, s, g) for s, g in zip(scales, sources)])
     e = torch.empty((len(seeded), 2, *shape), dtype=torch.float64, device=seeded[0].device)
     for r, g in enumerate(seeded):
         e[r].exponential_(generator=g)
     return per_run(scales, e.device, dims=e.dim() - 1, dtype=torch.float64) * (e[:, 0] - e[:, 1])
+
+
+def _secure(sources: Sequence[NoiseSource]) -> SecureNoise | None:
+    """The first source when every one is a :class:`SecureNoise` (on one device): R runs' draws
+    are then one read of the OS CSPRNG, run r's block where its own call would have read it."""
+    if sources and all(isinstance(g, SecureNoise) and g.device == sources[0].device for g in sources):
+        return sources[0]  # type: ignore[return-value]
+    return None
 
 
 def _seeded(sources: Sequence[NoiseSource]) -> list[torch.Generator] | None:

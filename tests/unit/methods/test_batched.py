@@ -184,6 +184,79 @@ def test_group_noise_is_each_runs_own_draw_bit_for_bit(shape):
         assert torch.equal(batched.laplace_many(shape, stds, a), ref)
 
 
+def _replayable_urandom(monkeypatch):
+    """os.urandom replaced by a seeded byte stream, replayed from its start by the returned
+    function: the same bytes reach a group's one read and the runs' own calls."""
+    from raco_cli.privacy import mechanisms
+
+    state = {}
+
+    def restart():
+        state["rng"] = np.random.default_rng(123)
+
+    monkeypatch.setattr(mechanisms.os, "urandom", lambda k: state["rng"].bytes(k))
+    restart()
+    return restart
+
+
+@pytest.mark.parametrize("shape", [(2, 7), (2,), (3, 40)])
+def test_secure_group_noise_is_one_csprng_read_laid_out_as_each_runs_own(monkeypatch, shape):
+    """Secure runs (privacy.secure_rng): a group's Gaussian and Laplace noise is one read of the
+    OS CSPRNG whose block r is what run r's own call reads, transformed as gaussian_noise and
+    laplace_noise do (equal up to the last bits of torch's vectorised log/cos/sin)."""
+    from raco_cli.privacy.mechanisms import SecureNoise, gaussian_noise, laplace_noise
+
+    restart = _replayable_urandom(monkeypatch)
+    stds, R = [0.3, 1.0, 2.7, 1e-3], 4
+    sources = [SecureNoise(CPU) for _ in range(R)]
+    for dtype in (torch.float32, torch.float64):
+        restart()
+        got = batched.gaussian_many(shape, stds, sources, dtype=dtype)
+        restart()
+        ref = torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, sources)])
+        assert got.dtype == ref.dtype == dtype and got.shape == (R, *shape)
+        torch.testing.assert_close(got, ref, rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=0.0)
+    restart()
+    got = batched.laplace_many(shape, stds, sources)
+    restart()
+    ref = torch.stack([laplace_noise(shape, s, g) for s, g in zip(stds, sources)])
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=0.0)
+
+
+def test_secure_group_noise_has_each_runs_distribution():
+    """From the real CSPRNG: every run's block is N(0, std_r^2) / Laplace(0, b_r), and the runs'
+    blocks differ (no run reads another's bytes)."""
+    from scipy import stats
+
+    from raco_cli.privacy.mechanisms import SecureNoise
+
+    stds = [0.5, 3.0]
+    sources = [SecureNoise(CPU), SecureNoise(CPU)]
+    gau = batched.gaussian_many((40_000,), stds, sources, dtype=torch.float64).numpy()
+    lap = batched.laplace_many((40_000,), stds, sources).numpy()
+    for r, s in enumerate(stds):
+        assert stats.kstest(gau[r], "norm", args=(0, s)).pvalue > 1e-4
+        assert stats.kstest(lap[r], "laplace", args=(0, s)).pvalue > 1e-4
+    for noise in (gau, lap):  # the same law scaled, and not the same draws
+        a, b = noise[0] / stds[0], noise[1] / stds[1]
+        assert stats.kstest(a, b).pvalue > 1e-4 and abs(np.corrcoef(a, b)[0, 1]) < 0.03
+
+
+def test_secure_poisson_samples_of_many_runs_are_one_csprng_read(monkeypatch):
+    """Secure samplers: a group's uniforms are one CSPRNG read, run r's block what its own
+    poisson_sample would read: the same samples, bit for bit."""
+    from raco_cli.privacy.mechanisms import SecureUniforms
+
+    restart = _replayable_urandom(monkeypatch)
+    for n, q, count in ((2000, 0.05, 2), (10, 0.05, 1)):
+        restart()
+        idx, lengths = poisson_sample_many(n, q, [SecureUniforms() for _ in range(5)], count=count)
+        restart()
+        for r in range(5):
+            for k, ref in enumerate(poisson_sample(n, q, SecureUniforms(), count=count)):
+                assert np.array_equal(idx[r, k, : lengths[r, k]], ref.numpy())
+
+
 @pytest.mark.parametrize("K", [2, 3, 5])
 def test_group_onehots_are_the_argmax_one_hots(K):
     """group_onehots (comparisons) equals one_hot(argmax over the class axis) of class-major
