@@ -351,8 +351,8 @@ def gaussian_many(shape: tuple[int, ...], stds: Sequence[float], sources: Sequen
     if seeded is None:  # seeded and secure runs mixed: run by run
         return torch.stack([gaussian_noise(shape, s, g, dtype=dtype) for s, g in zip(stds, sources)])
     z = torch.empty((len(seeded), *shape), dtype=dtype, device=seeded[0].device)
-    for r, g in enumerate(seeded):
-        torch.randn(shape, generator=g, dtype=dtype, device=g.device, out=z[r])
+    for g, out in zip(seeded, z.unbind(0)):  # (unbind: R views in one call, not one indexing each)
+        torch.randn(shape, generator=g, dtype=dtype, out=out)
     return z.mul_(per_run(stds, z.device, dims=z.dim(), dtype=dtype))
 
 
@@ -369,8 +369,8 @@ def laplace_many(shape: tuple[int, ...], scales: Sequence[float], sources: Seque
     if seeded is None:  # seeded and secure runs mixed: run by run
         return torch.stack([laplace_noise(shape, s, g) for s, g in zip(scales, sources)])
     e = torch.empty((len(seeded), 2, *shape), dtype=torch.float64, device=seeded[0].device)
-    for r, g in enumerate(seeded):
-        e[r].exponential_(generator=g)
+    for g, out in zip(seeded, e.unbind(0)):
+        out.exponential_(generator=g)
     return per_run(scales, e.device, dims=e.dim() - 1, dtype=torch.float64) * (e[:, 0] - e[:, 1])
 
 

@@ -71,18 +71,17 @@ class Scan:
         self.shared = False  # sampling=shared: the gradient rows are the histogram's too
         self.width = 1  # bits of the slot in an entry's code
 
-    def sample(self, hist: tuple[np.ndarray, np.ndarray] | None, grad: tuple[np.ndarray, np.ndarray], *, shared: bool = False) -> None:
-        """The step's samples: ``(idx (R, L), lengths (R,))`` of the histogram rows (None:
-        unconstrained, or ``shared``: the gradient rows are the histogram's) and of the
-        gradient rows."""
+    def sample(self, positions: np.ndarray, *, count: int, shared: bool = False) -> np.ndarray:
+        """The step's samples, as :func:`raco_cli.privacy.mechanisms.poisson_positions_many`
+        draws them (``count`` 2: each run's histogram sample, then its gradient sample; 1: the
+        gradient sample alone, also the histogram's under ``shared``); returns the (R, count)
+        sample sizes."""
         self.shared = shared
-        idx_h, len_h = hist if hist is not None else (np.zeros((self.R, 0), dtype=np.int64), np.zeros(self.R, dtype=np.int64))
-        idx_g, len_g = grad
-        self.width = max(idx_h.shape[1], idx_g.shape[1], 1).bit_length()  # bits of a slot
-        self.order, self.starts, self.entries = _invert(idx_h, len_h, idx_g, len_g, self.n, self.width)
+        self.order, self.starts, self.entries, lengths, self.width = _invert(positions, self.n, count)
         if self.Z.shape[1] < len(self.entries):
             self.Z = np.empty((self.K, len(self.entries) + len(self.entries) // 8), dtype=np.float32)
         self.pt = self.p = None
+        return lengths
 
     def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
         """Every entry's logits under its run's parameters (pass 1: the dot products)."""
@@ -162,17 +161,29 @@ class Scan:
 
 
 @njit(cache=True)
-def _invert(idx_h, len_h, idx_g, len_g, n, width):
-    """Counting sort of every (run, kind, slot) by its row: ``order``, the sampled rows in
-    increasing order, ``starts`` (n + 1,) and ``entries`` (row i's entries are
-    ``entries[starts[i]:starts[i + 1]]``, runs in increasing order)."""
-    R = idx_g.shape[0]
+def _invert(positions, n, count):
+    """Counting sort of every (run, kind, slot) by its row, read from the runs' sampled
+    positions (R, W) over ``count * n`` virtual rows (the k-th sample of run r at ``k * n + i``,
+    increasing, then past the end): ``order``, the sampled rows in increasing order, ``starts``
+    (n + 1,) and ``entries`` (row i's entries are ``entries[starts[i]:starts[i + 1]]``, runs in
+    increasing order), the sample sizes (R, count) and the bits of a slot."""
+    R, total = positions.shape[0], count * n
+    lengths = np.zeros((R, count), dtype=np.int64)
     starts = np.zeros(n + 1, dtype=np.int64)
     for r in range(R):
-        for slot in range(len_h[r]):
-            starts[idx_h[r, slot] + 1] += 1
-        for slot in range(len_g[r]):
-            starts[idx_g[r, slot] + 1] += 1
+        for j in range(positions.shape[1]):
+            if positions[r, j] >= total:  # increasing: the rest is past the end too
+                break
+            i, k = np.int64(positions[r, j]), 0
+            while i >= n:  # (count <= 2: at most once; a division costs more)
+                i -= n
+                k += 1
+            lengths[r, k] += 1
+            starts[i + 1] += 1
+    longest, width = max(lengths.max(), 1), 0
+    while longest > 0:
+        width += 1
+        longest >>= 1
     for i in range(1, n + 1):
         starts[i] += starts[i - 1]
     sampled = 0
@@ -188,15 +199,19 @@ def _invert(idx_h, len_h, idx_g, len_g, n, width):
     entries = np.empty(starts[n], dtype=np.int64)
     fill = starts[:n].copy()
     for r in range(R):
-        for slot in range(len_h[r]):
-            i = idx_h[r, slot]
-            entries[fill[i]] = ((r * 2) << width) | slot
+        slot = np.zeros(count, dtype=np.int64)
+        for j in range(positions.shape[1]):
+            if positions[r, j] >= total:
+                break
+            i, k = np.int64(positions[r, j]), 0
+            while i >= n:
+                i -= n
+                k += 1
+            kind = k if count == 2 else 1  # one sample: the gradient rows
+            entries[fill[i]] = ((r * 2 + kind) << width) | slot[k]
             fill[i] += 1
-        for slot in range(len_g[r]):
-            i = idx_g[r, slot]
-            entries[fill[i]] = ((r * 2 + 1) << width) | slot
-            fill[i] += 1
-    return order, starts, entries
+            slot[k] += 1
+    return order, starts, entries, lengths, width
 
 
 @njit(cache=True, fastmath=_FASTMATH)

@@ -75,6 +75,7 @@ from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
     noise_source,
+    poisson_positions_many,
     poisson_sample,
     poisson_sample_many,
     sampling_generator,
@@ -424,11 +425,13 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
     record(0)
     for t in range(1, steps + 1):
         t0 = time.perf_counter()
-        idx, lengths = poisson_sample_many(n, q, g_sample)
+        if scan is not None:  # the samples read as drawn (methods/batched_scan.py)
+            lengths = scan.sample(poisson_positions_many(n, q, g_sample), count=1)
+        else:
+            idx, lengths = poisson_sample_many(n, q, g_sample)
         with torch.no_grad():
             A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))  # (R, k, l)
             if scan is not None:
-                scan.sample(None, (idx[:, 0], lengths[:, 0]))
                 scan.logits(W, b)
                 res = scan.clipped_sums(A.numpy(), lams_np, ones, clip_np)
                 by_group, total, nc = scan.w_clipped_sums(w_distances(Wd, s), clip_w_np)

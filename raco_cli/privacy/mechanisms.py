@@ -195,6 +195,16 @@ def poisson_sample_many(
         the k-th sample of run r (sorted), padded with ``n`` (an index past the rows, for a
         zero pad row); ``lengths`` (R, count) int64.  B is the longest sample of the call.
     """
+    return _blocks(poisson_positions_many(n, sample_rate, generators, count=count), n, count)
+
+
+def poisson_positions_many(
+    n: int, sample_rate: float | np.ndarray, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1
+) -> np.ndarray:
+    """The samples of :func:`poisson_sample_many` before they are cut into blocks: (R, W) float64,
+    row r run r's sampled positions over ``count * n`` virtual rows (``k * n + i``: row i in
+    its k-th sample), increasing, then values ``>= count * n`` (past the end: ignored).  The
+    compiled data pass reads them as they are (:meth:`raco_cli.methods.batched_scan.Scan.sample`)."""
     R, total = len(generators), count * n
     rates = np.broadcast_to(np.asarray(sample_rate, dtype=np.float64), (R,))
     if R and len(set(rates.tolist())) > 1:  # per-run rates: each run as poisson_sample draws it
@@ -215,7 +225,7 @@ def poisson_sample_many(
         positions -= 1.0
         short = np.flatnonzero(positions[:, -1] < total)
         if len(short) == 0:  # the usual case: one chunk per run, vectorised
-            return _blocks(positions, n, count)
+            return positions
         rows = []
         for r in range(R):  # as poisson_sample: more chunks until the end is passed
             parts, last = [positions[r]], float(positions[r, -1])
@@ -230,7 +240,7 @@ def poisson_sample_many(
     positions = np.full((R, width + 1), float(total))
     for r, p in enumerate(rows):
         positions[r, : len(p)] = p
-    return _blocks(positions, n, count)
+    return positions
 
 
 def _cumulative_gaps(U: np.ndarray, log_keep: float) -> np.ndarray:

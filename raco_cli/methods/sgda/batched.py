@@ -37,7 +37,11 @@ from raco_cli.methods.batched import (
 from raco_cli.methods.sgda import core
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
-from raco_cli.privacy.mechanisms import poisson_sample_many, sampling_generator
+from raco_cli.privacy.mechanisms import (
+    poisson_positions_many,
+    poisson_sample_many,
+    sampling_generator,
+)
 
 
 def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
@@ -126,12 +130,13 @@ def run_core(
     record(0)
     for t in range(1, steps + 1):
         t0 = time.perf_counter()
-        idx, lengths = poisson_sample_many(n, q, g_sample, count=2 if independent else 1)
-        L = idx.shape[2]
+        count = 2 if independent else 1  # [hist sample,] gradient sample
         c, g_dual, z, weights = None, None, None, None
-        if scan is not None:  # [hist sample,] gradient sample: each run's (idx, lengths)
-            scan.sample((idx[:, 0], lengths[:, 0]) if independent else None, (idx[:, -1], lengths[:, -1]), shared=constrained and not independent)
+        if scan is not None:  # the samples read as drawn, never cut into padded index blocks
+            lengths = scan.sample(poisson_positions_many(n, q, g_sample, count=count), count=count, shared=constrained and not independent)
         else:
+            idx, lengths = poisson_sample_many(n, q, g_sample, count=count)
+            L = idx.shape[2]
             batch = rows.gather(idx.reshape(R, -1))  # [hist block,] gradient block
             grad_rows = {k: v[:, -L:] for k, v in batch.items()}
         if constrained:
