@@ -71,11 +71,11 @@ SCAN_MIN_FEATURES = 16  # narrower rows: per-row work too small to pay (d = 6: a
 
 def compiled_scan_applies(rows: GroupRows, sampled_per_step: float, device: torch.device) -> bool:
     """Whether a group's steps take the compiled data pass (:mod:`raco_cli.methods.batched_scan`):
-    on the CPU, without per-run DP standardisation, where it is faster than torch's gather and
-    products: steps whose samples hold at least n rows (``sampled_per_step``: every run's
+    on the CPU (per-run DP standardisation included), where it is faster than torch's gather
+    and products: steps whose samples hold at least n rows (``sampled_per_step``: every run's
     expected sampled rows, over all its samples) of at least 16 features (docs/batched.md,
     "The compiled data pass").  ``COMPILED_SCAN`` overrides the speed rule."""
-    if device.type != "cpu" or rows.m:
+    if device.type != "cpu":
         return False
     if COMPILED_SCAN is not None:
         return COMPILED_SCAN

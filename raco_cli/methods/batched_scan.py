@@ -32,9 +32,9 @@ run alone at 1e-6) on this pass too.
 numba compiles the kernels on first use (a few seconds, then cached in ``__pycache__``); this
 module, and numba with it, is imported only when a group trains on the CPU
 (:func:`raco_cli.methods.sgda.batched.run_core`, :func:`raco_cli.methods.dp_fermi.fit_many`):
-``raco --help`` and the one-run path never import it.  Groups the kernels do not cover
-(per-run DP standardisation, accelerators) keep the torch path
-(:func:`raco_cli.methods.batched.compiled_scan_applies`).
+``raco --help`` and the one-run path never import it.  Per-run DP standardisation
+(scope=model) is applied per entry as the row is read (:func:`_standardized`); groups on an
+accelerator keep the torch path (:func:`raco_cli.methods.batched.compiled_scan_applies`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ class Scan:
         self.p: np.ndarray | None = None  # the entries' softmax, set by clipped_sums()
         self.shared = False  # sampling=shared: the gradient rows are the histogram's too
         self.width = 1  # bits of the slot in an entry's code
+        # per-run DP standardisation (scope=model, dataset.preprocessing=dp): each run's (mean,
+        # std) (R, m) of the first m columns, applied to a row as the pass reads it for that run
+        self.m = rows.m
+        self.mean = rows.mean[:, 0, :].astype(np.float64) if rows.m else np.zeros((R, 0))
+        self.std = rows.std[:, 0, :].astype(np.float64) if rows.m else np.ones((R, 0))
 
     def sample(self, positions: np.ndarray, *, count: int, shared: bool = False) -> np.ndarray:
         """The step's samples, as :func:`raco_cli.privacy.mechanisms.poisson_positions_many`
@@ -85,7 +90,8 @@ class Scan:
 
     def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
         """Every entry's logits under its run's parameters (pass 1: the dot products)."""
-        _logits(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(), self.d, self.K, self.Z)
+        _logits(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(), self.d, self.K, self.m, self.mean,
+                self.std, self.Z)
 
     def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray, *, hard: bool = False) -> torch.Tensor:
         """Exact histograms (R, Q, K) float64 of the histogram rows under each run's tempered
@@ -135,7 +141,7 @@ class Scan:
             np.zeros((R, self.Q, K), dtype=np.float32) if weights is None else weights.astype(np.float32), weights is not None,
             reg_temp.astype(np.float32),
             np.ones(R, dtype=np.float32) if clip is None else clip.astype(np.float32), clip is not None,
-            self.d, self.K, GW, Gb, clipped, norm_sum, nonfinite,
+            self.d, self.K, self.m, self.mean, self.std, GW, Gb, clipped, norm_sum, nonfinite,
         )
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
@@ -214,24 +220,57 @@ def _invert(positions, n, count):
     return order, starts, entries, lengths, width
 
 
+@njit(cache=True)
+def _standardized(P, i, r, d, K, m, mean, std, xs):
+    """Row i's first m columns as run r standardises them, into ``xs`` (m,):
+    :func:`raco_cli.privacy.preprocessing.standardize_columns` (``u = (x + 1) / 2`` clipped to
+    [0, 1], ``(u - mean) / std`` in float64, rounded to float32), zeros for a neutralised row
+    (infinite norm), as ``GroupRows.gather`` writes them.  Returns the row's norm
+    ``sqrt(|rest|^2 + |xs|^2 + 1)`` (the packed norm column holds ``|rest|^2`` when m > 0).
+    Compiled without fastmath: the same float operations as numpy's, so the same bits."""
+    if not np.isfinite(P[i, d + K]):
+        for j in range(m):
+            xs[j] = np.float32(0.0)
+        return P[i, d + K]
+    for j in range(m):  # (no reduction in this loop: LLVM may vectorise its divisions)
+        u = min(max((np.float64(P[i, j]) + 1.0) / 2.0, 0.0), 1.0)
+        xs[j] = np.float32((u - mean[r, j]) / std[r, j])
+    sq = np.float32(0.0)
+    for j in range(m):
+        sq += xs[j] * xs[j]
+    return np.sqrt(P[i, d + K] + sq + np.float32(1.0))
+
+
 @njit(cache=True, fastmath=_FASTMATH)
-def _logits(P, order, starts, entries, width, W, b, d, K, Z):
-    """Pass 1: ``Z[:, t]``, entry t's logits under its run's (W, b), reading each row once."""
+def _logits(P, order, starts, entries, width, W, b, d, K, m, mean, std, Z):
+    """Pass 1: ``Z[:, t]``, entry t's logits under its run's (W, b), reading each row once
+    (its first m columns standardised by the entry's run, :func:`_standardized`, when m > 0)."""
+    xs = np.zeros(max(m, 1), dtype=np.float32)
     for i in order:
         for t in range(starts[i], starts[i + 1]):
             r = entries[t] >> (width + 1)
+            if m:
+                _standardized(P, i, r, d, K, m, mean, std, xs)
+            x = P[i, m:d]  # the columns read as they are: slices and a loop from 0, which LLVM
+            # vectorises (a loop over range(m, d) it did not: the pass took 6x as long)
             if K == 2:  # both classes in one pass over the row (most tables are binary)
                 z0, z1 = b[r, 0], b[r, 1]
-                for j in range(d):
-                    x = P[i, j]
-                    z0 += W[r, 0, j] * x
-                    z1 += W[r, 1, j] * x
+                for j in range(m):
+                    z0 += W[r, 0, j] * xs[j]
+                    z1 += W[r, 1, j] * xs[j]
+                w0, w1 = W[r, 0, m:d], W[r, 1, m:d]
+                for j in range(d - m):
+                    z0 += w0[j] * x[j]
+                    z1 += w1[j] * x[j]
                 Z[0, t], Z[1, t] = z0, z1
             else:
                 for k in range(K):
                     acc = b[r, k]
-                    for j in range(d):
-                        acc += W[r, k, j] * P[i, j]
+                    for j in range(m):
+                        acc += W[r, k, j] * xs[j]
+                    w = W[r, k, m:d]
+                    for j in range(d - m):
+                        acc += w[j] * x[j]
                     Z[k, t] = acc
 
 
@@ -254,12 +293,14 @@ def _histograms(cell, order, starts, entries, width, pt, K, H, shared):
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, K,
+def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, K, m, mean, std,
                   GW, Gb, clipped, norm_sum, nonfinite):
     """Pass 2: each gradient row's logit gradient ``p - e_y`` plus the regularizer's term
     (eq. 10) from the entries' softmax ``p`` and tempered softmax ``pt``, its norm, clip
-    factor and contribution to its run's sums."""
+    factor and contribution to its run's sums (the row's first m columns standardised by the
+    entry's run when m > 0, :func:`_standardized`)."""
     g = np.empty(K, dtype=np.float32)
+    xs = np.zeros(max(m, 1), dtype=np.float32)
     for i in order:
         q = cell[i]
         for t in range(starts[i], starts[i + 1]):
@@ -275,10 +316,11 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
                     inner += weights[r, q, k] * pt[k, t]
                 for k in range(K):
                     g[k] = g[k] + reg_temp[r] * pt[k, t] * (weights[r, q, k] - inner)
+            xnorm = _standardized(P, i, r, d, K, m, mean, std, xs) if m else P[i, d + K]
             sq = np.float32(0.0)
             for k in range(K):
                 sq += g[k] * g[k]
-            norm = np.sqrt(sq) * P[i, d + K]
+            norm = np.sqrt(sq) * xnorm
             if clipping and norm > clip[r]:  # (an infinite norm counts as clipped, as in torch)
                 clipped[r] += 1
             if not np.isfinite(norm):  # dropped: factor 0
@@ -286,20 +328,27 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
                 continue
             norm_sum[r] += norm
             f = min(np.float32(1.0), clip[r] / (norm + np.float32(1e-12))) if clipping else np.float32(1.0)
+            x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
             if K == 2:
                 f0, f1 = g[0] * f, g[1] * f
                 Gb[r, 0] += f0
                 Gb[r, 1] += f1
-                for j in range(d):
-                    x = P[i, j]
-                    GW[r, 0, j] += f0 * x
-                    GW[r, 1, j] += f1 * x
+                for j in range(m):
+                    GW[r, 0, j] += f0 * xs[j]
+                    GW[r, 1, j] += f1 * xs[j]
+                a0, a1 = GW[r, 0, m:d], GW[r, 1, m:d]
+                for j in range(d - m):
+                    a0[j] += f0 * x[j]
+                    a1[j] += f1 * x[j]
             else:
                 for k in range(K):
                     fg = g[k] * f
                     Gb[r, k] += fg
-                    for j in range(d):
-                        GW[r, k, j] += fg * P[i, j]
+                    for j in range(m):
+                        GW[r, k, j] += fg * xs[j]
+                    a = GW[r, k, m:d]
+                    for j in range(d - m):
+                        a[j] += fg * x[j]
 
 
 @njit(cache=True, fastmath=_FASTMATH)
