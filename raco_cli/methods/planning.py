@@ -83,6 +83,8 @@ def describe(spec: MethodSpec, constrained: bool) -> str:
 
 _CACHE: OrderedDict[str, tuple[PrivacyPlan, list[logging.LogRecord]]] = OrderedDict()
 _CACHE_SIZE = 512
+# the last T found for each plan but its training size (where plan_uncached's search starts)
+_STEPS_HINTS: dict[str, int] = {}
 
 
 def plan(
@@ -174,14 +176,21 @@ def plan_uncached(
         if getattr(spec, key) is None:
             raise ConfigError(f"method.{key} must be set for the private method {method.NAME} (got null).")
     if spec.steps is None:
+        # runs that differ only in their released n~ (a scope=model sweep's seeds) have nearly
+        # the same T: the search starts from the last such run's (the same T for any start)
+        hint_key = repr((method.NAME, replace(spec, train_size=None), delta, budget, constrained))
+        hint = _STEPS_HINTS.get(hint_key)
         if hasattr(method, "run_event"):
-            steps = _max_steps_of_run(method, spec, q, budget, constrained)
+            steps = _max_steps_of_run(method, spec, q, budget, constrained, hint=hint)
         else:
             step = method.step_event(spec, q, constrained=constrained)
             once = once_events(spec)
             extra = None if not once else once[0] if len(once) == 1 else dpa.ComposedDpEvent(once)
             steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q,
-                                         extra=extra)
+                                         extra=extra, hint=hint)
+        _STEPS_HINTS[hint_key] = steps
+        while len(_STEPS_HINTS) > _CACHE_SIZE:
+            _STEPS_HINTS.pop(next(iter(_STEPS_HINTS)))
         if steps == spec.max_steps:
             spec = _spend_budget(method, spec, q, steps, budget, constrained)
     else:
@@ -198,7 +207,9 @@ def plan_uncached(
                                                       min_scale=_min_noise_scale(base))
             spec = _scale_noise(base, factor)
     event = run_event(method, spec, q, steps, constrained=constrained)
-    eps_planned = accountant.epsilon(event, delta, discretization=discretization)
+    # cached: a run that takes its planned steps re-accounts this same tree when it finishes
+    # (run/finish.py), and in a sweep group that is the same process
+    eps_planned = accountant.cached_epsilon(event, delta, discretization=discretization)
     if eps_planned > eps:
         raise PrivacyBudgetError(
             BUDGET_EXCEEDED.format(
@@ -239,23 +250,19 @@ def _spend_budget(method: Method, spec: MethodSpec, q: float, steps: int, budget
     return calibrated
 
 
-def _max_steps_of_run(method: Method, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool) -> int:
-    """Largest T <= max_steps whose whole-run event fits the budget (binary search)."""
+def _max_steps_of_run(method: Method, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool, *,
+                      hint: int | None = None) -> int:
+    """Largest T <= max_steps whose whole-run event fits the budget (:func:`accountant.largest_within`)."""
 
     def eps_at(T: int) -> float:
         return accountant.epsilon(run_event(method, spec, q, T, constrained=constrained), budget.delta, discretization=budget.discretization)
 
-    if eps_at(1) > budget.eps:
-        raise PrivacyBudgetError(
-            UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=q, mechanism=describe(spec, constrained), eps_one=eps_at(1))
+    def unreachable(eps_one: float) -> PrivacyBudgetError:
+        return PrivacyBudgetError(
+            UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=q, mechanism=describe(spec, constrained), eps_one=eps_one)
         )
-    if eps_at(spec.max_steps) <= budget.eps:
-        return spec.max_steps
-    lo, hi = 1, spec.max_steps
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if eps_at(mid) <= budget.eps else (lo, mid)
-    return lo
+
+    return accountant.largest_within(eps_at, budget.eps, spec.max_steps, hint=hint, unreachable=unreachable)
 
 
 def _min_noise_scale(spec: MethodSpec) -> float:

@@ -274,11 +274,13 @@ def max_steps(
     describe: str,
     sample_rate: float,
     extra: dpa.DpEvent | None = None,
+    hint: int | None = None,
 ) -> int:
     """Largest T <= limit with eps(SelfComposed(step, T) [+ extra]) <= budget.eps.
 
-    Binary search over T on the single-step PLD (eps is non-decreasing in T); ``extra`` is a
-    release made once per run (e.g. the private checkpoint selection), composed with each T.
+    A search over T (:func:`largest_within`) on the single-step PLD (eps is non-decreasing in
+    T); ``extra`` is a release made once per run (e.g. the private checkpoint selection),
+    composed with each T; ``hint``: where the search starts (a neighbouring run's T).
 
     Raises:
         PrivacyBudgetError: even one step exceeds the budget.
@@ -292,26 +294,69 @@ def max_steps(
         run = pld.self_compose(T)
         return float((run if extra_pld is None else run.compose(extra_pld)).get_epsilon_for_delta(budget.delta))
 
-    eps_one = eps_at(1)
-    if eps_one > budget.eps:
-        raise PrivacyBudgetError(
-            UNREACHABLE_BUDGET.format(
-                eps=budget.eps,
-                delta=budget.delta,
-                sample_rate=sample_rate,
-                mechanism=describe,
-                eps_one=eps_one,
-            )
+    def unreachable(eps_one: float) -> PrivacyBudgetError:
+        return PrivacyBudgetError(
+            UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=sample_rate, mechanism=describe, eps_one=eps_one)
         )
-    if eps_at(limit) <= budget.eps:
-        return limit
-    lo, hi = 1, limit  # eps(lo) <= target < eps(hi)
+
+    return largest_within(eps_at, budget.eps, limit, hint=hint, unreachable=unreachable)
+
+
+def largest_within(
+    eps_at: Callable[[int], float], target: float, limit: int, *, hint: int | None = None,
+    unreachable: Callable[[float], Exception],
+) -> int:
+    """Largest T in [1, limit] with ``eps_at(T) <= target``, for a non-decreasing ``eps_at``.
+
+    Without a hint: eps at 1 and at ``limit``, then bisection of [1, limit] (~log2(limit)
+    evaluations, each a PLD self-composition of ~50 ms at Adult's settings).  With one (the T of
+    a run planned just before whose sample rate differs slightly, e.g. the seeds of a
+    scope=model sweep, each with its own released n~): eps at the hint, then steps of 1, 2,
+    4, ... away from it until eps crosses the target, then bisection of that bracket: a few
+    evaluations when the hint is close.  Either way the answer is the T with eps(T) <= target
+    < eps(T + 1) (or ``limit``), both evaluated, so the same T for any hint.
+
+    Raises:
+        ``unreachable(eps_at(1))``: even T = 1 exceeds the target.
+    """
+    seen: dict[int, float] = {}
+
+    def fits(T: int) -> bool:
+        if T not in seen:
+            seen[T] = eps_at(T)
+        return seen[T] <= target
+
+    if hint is None:
+        if not fits(1):
+            raise unreachable(seen[1])
+        if fits(limit):
+            return limit
+        lo, hi = 1, limit  # eps(lo) <= target < eps(hi)
+    else:
+        start, gap = min(max(int(hint), 1), limit), 1
+        if fits(start):  # gallop up to the first T past the target
+            lo = start
+            while True:
+                if lo == limit:
+                    return limit
+                probe = min(lo + gap, limit)
+                if not fits(probe):
+                    hi = probe
+                    break
+                lo, gap = probe, 2 * gap
+        else:  # gallop down to the first T within it
+            hi = start
+            while True:
+                if hi == 1:
+                    raise unreachable(seen[1])
+                probe = max(hi - gap, 1)
+                if fits(probe):
+                    lo = probe
+                    break
+                hi, gap = probe, 2 * gap
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if eps_at(mid) <= budget.eps:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 
 

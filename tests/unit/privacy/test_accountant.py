@@ -103,6 +103,53 @@ def test_max_steps_is_the_largest_within_budget(sampling):
     assert accountant.epsilon(events.repeated(step, T + 1), 1e-5) > 1.0
 
 
+@settings(max_examples=300, deadline=None)
+@given(crossing=st.integers(0, 1200), limit=st.integers(1, 1000), hint=st.one_of(st.none(), st.integers(-5, 1300)),
+       flat=st.integers(1, 40))
+def test_the_step_search_finds_the_same_T_from_any_start(crossing, limit, hint, flat):
+    """largest_within on a non-decreasing eps (plateaus of ``flat`` steps): the largest T within
+    the target, whatever the hint (a neighbouring run's T), only T in [1, limit] evaluated;
+    T = 1 over the target raises for every hint."""
+    calls: list[int] = []
+
+    def eps_at(T):  # within 1.0 up to T = crossing, past it after
+        calls.append(T)
+        return (T // flat) / (crossing // flat + 1) if T <= crossing else 1.0 + T
+
+    def search():
+        return accountant.largest_within(eps_at, 1.0, limit, hint=hint, unreachable=lambda e: RuntimeError(f"over {e}"))
+
+    if crossing < 1:
+        with pytest.raises(RuntimeError, match="over"):
+            search()
+        return
+    assert search() == min(crossing, limit)
+    assert all(1 <= c <= limit for c in calls)
+
+
+def test_a_close_hint_needs_a_few_evaluations_and_plans_the_same_T(monkeypatch):
+    """max_steps from a neighbouring run's T (the seeds of a scope=model sweep: each its own
+    released n~, so its own q): the same T as the bisection from scratch, in a few PLD
+    evaluations instead of ~log2(limit); a far or absurd hint still gives the same T."""
+    search = accountant.largest_within
+    evaluations: list[int] = []
+
+    def counted(eps_at, *args, **kwargs):
+        return search(lambda T: (evaluations.append(T), eps_at(T))[1], *args, **kwargs)
+
+    monkeypatch.setattr(accountant, "largest_within", counted)
+    budget = accountant.Budget(eps=1.0, delta=1e-5)
+    found = {}
+    for q, hint in ((0.0356, None), (0.03555, None), (0.03555, "near"), (0.03555, 1), (0.03555, 10_000)):
+        step = events.raco_step(sample_rate=q, noise_multiplier=3.0, hist_noise_multiplier=12.0, sampling="independent")
+        start = found[(0.0356, None)][0] if hint == "near" else hint
+        evaluations.clear()
+        T = accountant.max_steps(step, budget, limit=10_000, describe="x", sample_rate=q, hint=start)
+        found[(q, hint)] = (T, len(evaluations))
+    assert len({T for T, _ in list(found.values())[1:]}) == 1  # every start, the same T at q = 0.03555
+    assert found[(0.03555, "near")][1] <= 4 < found[(0.03555, None)][1]
+
+
 def test_max_steps_respects_limit():
     step = events.gaussian_step(sample_rate=0.001, noise_multiplier=10.0)
     assert accountant.max_steps(step, accountant.Budget(5.0, 1e-5), limit=50, describe="x", sample_rate=0.001) == 50
