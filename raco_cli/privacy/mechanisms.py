@@ -55,8 +55,7 @@ class SecureNoise:
 
     def host_uniform(self, shape: tuple[int, ...]) -> np.ndarray:
         """:meth:`uniform` as a numpy array on the host, where the bits arrive."""
-        bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
-        return ((bits.astype(np.float64) + 0.5) * 2.0**-53).reshape(shape)
+        return (_urandom_53_bits(shape) + 0.5) * 2.0**-53
 
 
 NoiseSource = torch.Generator | SecureNoise
@@ -76,8 +75,14 @@ class SecureUniforms:
 
     def random(self, size: int | tuple[int, ...]) -> np.ndarray:
         shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
-        bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
-        return (bits.astype(np.float64) * 2.0**-53).reshape(shape)
+        return _urandom_53_bits(shape) * 2.0**-53
+
+
+def _urandom_53_bits(shape: tuple[int, ...]) -> np.ndarray:
+    """Uniform 53-bit integers from ``os.urandom`` (one 8-byte read each, in row-major order),
+    as float64 of shape ``shape``: the draws both secure sources scale into (0, 1) / [0, 1)."""
+    bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
+    return bits.astype(np.float64).reshape(shape)
 
 
 def sampling_generator(seed: int, *, secure: bool = False) -> np.random.Generator | SecureUniforms:
