@@ -166,6 +166,16 @@ class Scan:
 # s = 1 a gradient row, at that slot of run r's sample.
 
 
+@njit(cache=True, inline="always")  # (inlined by numba: as a call, the sort took 9 % longer)
+def _row_and_sample(position, n):
+    """(row i, sample k) of a virtual position ``k * n + i``."""
+    i, k = np.int64(position), 0
+    while i >= n:  # (count <= 2: at most once; a division costs more)
+        i -= n
+        k += 1
+    return i, k
+
+
 @njit(cache=True)
 def _invert(positions, n, count):
     """Counting sort of every (run, kind, slot) by its row, read from the runs' sampled
@@ -180,10 +190,7 @@ def _invert(positions, n, count):
         for j in range(positions.shape[1]):
             if positions[r, j] >= total:  # increasing: the rest is past the end too
                 break
-            i, k = np.int64(positions[r, j]), 0
-            while i >= n:  # (count <= 2: at most once; a division costs more)
-                i -= n
-                k += 1
+            i, k = _row_and_sample(positions[r, j], n)
             lengths[r, k] += 1
             starts[i + 1] += 1
     longest, width = max(lengths.max(), 1), 0
@@ -209,10 +216,7 @@ def _invert(positions, n, count):
         for j in range(positions.shape[1]):
             if positions[r, j] >= total:
                 break
-            i, k = np.int64(positions[r, j]), 0
-            while i >= n:
-                i -= n
-                k += 1
+            i, k = _row_and_sample(positions[r, j], n)
             kind = k if count == 2 else 1  # one sample: the gradient rows
             entries[fill[i]] = ((r * 2 + kind) << width) | slot[k]
             fill[i] += 1
