@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ratio {name}/{seeded}: {statistics.mean(times[name]) / statistics.mean(times[seeded]):.3f}")
     sizes = [int(r) for r in args.batched.split(",") if r.strip()]
     first = names[0]
-    if sizes and hasattr(methods.get(first.split(":")[0]), "fit_many"):  # (":secure": the group's noise and batches from the CSPRNG)
+    grouped = methods.get(first.split(":")[0])  # (":secure": the group's noise and batches from the CSPRNG)
+    if sizes and hasattr(grouped, "fit_many"):
         from raco_cli.methods.batched import Member
 
         one, one_cpu = statistics.mean(times[first]), statistics.mean(cpu[first])
@@ -227,11 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             per_run, per_run_cpu = [], []
             for rep in range(2):  # the first warms up
                 cons = constraints.build("dp", n_classes=ds.n_classes, n_groups=ds.n_groups, gamma=0.05)
-                method = methods.get(first.split(":")[0])
                 members = [Member(model=models.build("logreg", input_shape=ds.input_shape, n_classes=ds.n_classes), constraints=cons,
-                                  spec=spec_of(first, method.PRIVATE), seeds=Seeds.from_seed(1000 * rep + r)) for r in range(R)]
+                                  spec=spec_of(first, grouped.PRIVATE), seeds=Seeds.from_seed(1000 * rep + r)) for r in range(R)]
                 c0 = time.process_time()
-                results = method.fit_many(ds, members, steps=args.steps, device=torch.device("cpu"))
+                results = grouped.fit_many(ds, members, steps=args.steps, device=torch.device("cpu"))
                 per_run.append(results[0].stats["time_per_step_ms"])
                 per_run_cpu.append(1000 * (time.process_time() - c0) / args.steps / R)
             t, c = per_run[-1], per_run_cpu[-1]
