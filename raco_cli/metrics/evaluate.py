@@ -221,6 +221,21 @@ def evaluate(
                          group_names=group_names, class_names=class_names, robust=robust)[0]
 
 
+def accuracy_only(logits: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """``n`` and ``accuracy`` of one split by :func:`evaluate`'s prediction rule (two classes:
+    the margin ``z_1 - z_0 > 0``, ties and NaN to class 0; else the arg-max): all that
+    ``privacy.scope=model`` reads of validation (the correct count of its noisy selection)."""
+    z, y = np.asarray(logits, dtype=np.float64), np.asarray(y)
+    if not len(y):
+        return {"n": 0, "accuracy": math.nan}
+    if z.shape[1] == 2:
+        with np.errstate(invalid="ignore"):  # inf - inf of a non-finite row: nan, class 0 as in evaluate
+            pred = (z[:, 1] - z[:, 0] > 0).astype(np.int64)
+    else:
+        pred = z.argmax(axis=1)
+    return {"n": int(len(y)), "accuracy": float((pred == y).mean())}
+
+
 def evaluate_many(
     logits: np.ndarray,
     y: np.ndarray,

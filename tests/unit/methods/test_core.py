@@ -115,3 +115,30 @@ def test_sgda_converges_to_the_constraint_without_noise(synthetic):
     final = res.selected_record.metrics["train"]
     assert final["dp_gap"] <= 0.05 + 0.02
     assert res.history[-1].lam != unconstrained.lam
+
+
+@pytest.mark.parametrize("selection", ["best_feasible", "last"])
+def test_scope_model_evaluates_only_what_its_records_read(monkeypatch, synthetic, selection):
+    """privacy.scope=model keeps the test metrics and, for its noisy selection, validation's
+    correct count: the training split is never evaluated (validation neither, without a noisy
+    selection), and the run (history, selection, parameters) equals one that evaluates every
+    split in full."""
+    spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=2.0, eval_every=10,
+                      scope="model", selection=selection, selection_eps=0.5 if selection == "best_feasible" else 0.0,
+                      train_size=float(len(synthetic.splits["train"])))
+    evaluated: list[int] = []
+    predict = training.predict_logits
+    monkeypatch.setattr(training, "predict_logits", lambda engine, data, idx, device: evaluated.append(len(idx)) or predict(engine, data, idx, device))
+    lean, _ = _fit(raco_dp, synthetic, spec, 60)
+    read = ["val", "test"] if selection == "best_feasible" else ["test"]
+    assert evaluated and set(evaluated) == {len(synthetic.splits[s]) for s in read}
+    assert len(synthetic.splits["train"]) not in evaluated
+
+    full_evaluation = training.Checkpoints._evaluate
+    monkeypatch.setattr(training.Checkpoints, "_evaluate", lambda self: training.evaluate_all(
+        self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device))
+    full, _ = _fit(raco_dp, synthetic, spec, 60)
+    assert full_evaluation is not training.Checkpoints._evaluate
+    assert [(r.step, r.metrics, r.lam) for r in lean.history] == [(r.step, r.metrics, r.lam) for r in full.history]
+    assert lean.selected == full.selected
+    assert all(torch.equal(lean.state_dict[k], full.state_dict[k]) for k in full.state_dict)

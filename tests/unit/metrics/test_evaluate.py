@@ -170,3 +170,22 @@ def test_a_splits_constants_built_once_give_the_same_metrics_bit_for_bit(kind):
     with_constants = evaluate_binary_many(d, y, group, split=split_constants(y, group, cs[0], G), **kwargs)
     own = evaluate_binary_many(d, y, group, **kwargs)
     assert repr(with_constants) == repr(own)
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_accuracy_only_is_evaluates_accuracy(K):
+    """What privacy.scope=model computes of validation (its n and accuracy) equals the full
+    evaluation's, ties, huge and non-finite logits included (two classes: ties and NaN margins
+    to class 0; more: the first arg-max)."""
+    from raco_cli.metrics.evaluate import accuracy_only
+
+    rng = np.random.default_rng(K)
+    n = 4000
+    y = rng.integers(0, K, n)
+    group = rng.integers(0, 2, n)
+    z = rng.integers(-2, 3, (n, K)).astype(float)  # small integers: many ties
+    z[:6, :2] = [[np.nan, 0.0], [np.inf, np.inf], [0.0, np.inf], [-np.inf, 0.0], [1e300, -1e300], [5.0, 5.0]]
+    cs = build("dp", n_classes=K, n_groups=2, gamma=0.05)
+    full = evaluate(z, y, group, constraints=cs, temperature=1.0, group_names=("a", "b"))
+    assert accuracy_only(z, y) == {"n": n, "accuracy": full["accuracy"]}
+    assert accuracy_only(z[:0], y[:0])["n"] == 0

@@ -481,3 +481,43 @@ def test_bulk_transactions_on_sqlite_get_the_larger_page_cache(store):
     with _transaction(_sql_store(store[0])) as conn:
         assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_a_live_runs_evaluations_reach_the_store_every_few_seconds_and_all_of_them_at_the_end(tmp_path, monkeypatch):
+    """An unbuffered recorder (one run) writes its first evaluation at once, then keeps the
+    next ones until LIVE_EVERY_S has passed or the run ends; a metric logged directly writes
+    the kept evaluations first.  The store then holds exactly the rows of one write per
+    evaluation, with their own timestamps and steps."""
+    from raco_cli.methods.base import EvalRecord
+    from raco_cli.tracking import mlflow_store
+    from raco_cli.tracking.mlflow_store import LIVE_EVERY_S, RunRecorder
+
+    clock = [1000.0]
+    monkeypatch.setattr(mlflow_store.time, "monotonic", lambda: clock[0])
+    rec = RunRecorder(uri=f"sqlite:///{tmp_path / 'm.db'}", experiment="e", run_name="r", params={}, tags={})
+    c = rec.client
+
+    def steps_in_store() -> list[int]:
+        return [m.step for m in c.get_metric_history(rec.run_id, "test/accuracy")]
+
+    def evaluate(step: int) -> None:
+        rec.on_eval(EvalRecord(step=step, metrics={"test": {"accuracy": step / 100}}, lam=[0.5]))
+
+    evaluate(0)
+    assert steps_in_store() == [0]  # the first at once: the run shows metrics as soon as it has any
+    for step in (5, 10):
+        clock[0] += LIVE_EVERY_S / 4
+        evaluate(step)
+    assert steps_in_store() == [0]
+    clock[0] += LIVE_EVERY_S
+    evaluate(15)
+    assert steps_in_store() == [0, 5, 10, 15]
+    evaluate(20)
+    rec.log_metrics({"final/accuracy": 0.2}, step=20)  # the kept evaluation goes first
+    assert steps_in_store() == [0, 5, 10, 15, 20]
+    evaluate(25)
+    rec.finish("FINISHED")
+    history = c.get_metric_history(rec.run_id, "test/accuracy")
+    assert [(m.step, m.value) for m in history] == [(s, s / 100) for s in range(0, 30, 5)]
+    assert [m.step for m in c.get_metric_history(rec.run_id, "dual/lambda_max")] == list(range(0, 30, 5))
+    assert c.get_run(rec.run_id).data.metrics["final/accuracy"] == 0.2
