@@ -491,20 +491,26 @@ class GroupCheckpoints:
     """Each run's :class:`raco_cli.methods.training.Checkpoints`, fed one group evaluation."""
 
     def __init__(self, data: TabularData, members: Sequence[Member], layers: Sequence[nn.Linear], device: torch.device,
-                 *, steps: int | None = None) -> None:
+                 *, steps: int | Sequence[int] | None = None) -> None:
+        """``steps``: the runs' T (one for all, or one per run: selection=average's tail)."""
         self.members, self.layers = members, layers
         self.model_scope = members[0].spec.scope == "model"
         self.evaluator = GroupEvaluator(data, members, device, model_scope=self.model_scope)
+        per_run = steps if isinstance(steps, Sequence) else [steps] * len(members)
         self.runs = [
             training.Checkpoints(None, m.model, data, m.constraints, m.spec, device=device, reporter=m.reporter,
-                                 selection_seed=m.seeds.selection, steps=steps)
-            for m in members
+                                 selection_seed=m.seeds.selection, steps=T)
+            for m, T in zip(members, per_run)
         ]
 
     @torch.no_grad()
-    def record(self, step: int, W: torch.Tensor, b: torch.Tensor, lam: np.ndarray, windows: Sequence[tuple[Any, int] | None]) -> None:
+    def record(self, step: int, W: torch.Tensor, b: torch.Tensor, lam: np.ndarray, windows: Sequence[tuple[Any, int] | None], *,
+               due: np.ndarray | None = None) -> None:
+        """Evaluate the group; record the runs ``due`` (default all) at ``step``."""
         metrics = self.evaluator.evaluate(W, b)
         for r, (run, layer) in enumerate(zip(self.runs, self.layers)):
+            if due is not None and not due[r]:
+                continue
             layer.weight.copy_(W[r])
             layer.bias.copy_(b[r])
             run.record(step, [float(v) for v in lam[r]], window=windows[r], metrics=metrics[r])

@@ -45,6 +45,11 @@ from raco_cli.run.train import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_GB = 2.0
+#: runs whose T differ trains as one group to the largest T (methods with ``MIXED_STEPS``) when
+#: the largest is within this factor of the smallest: a scope=model sweep's seeds plan T from
+#: their own released n~ (415-421 on Adult), and one group of them beats seven; far apart T
+#: (a grid over method.steps) would train the short runs' extra steps for nothing
+MIXED_STEPS_SPREAD = 1.1
 #: called with (summary, run_dir) after each run of a group finishes (``raco train`` prints
 #: its result table; ``raco tune``'s trials pass None)
 OnResult = Callable[[Mapping[str, Any], Path], None] | None
@@ -81,11 +86,24 @@ def batch_key(prep: Any) -> tuple | None:
         return None
     shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in batched.PER_RUN_FIELDS}
     cons = prep.constraints
+    steps = None if getattr(prep.method, "MIXED_STEPS", False) else prep.plan.steps  # (see similar_steps)
     return (
-        prep.method.NAME, id(prep.data), prep.plan.steps, prep.constrained, repr(sorted(shared.items())), spec.clip_norm is None,
+        prep.method.NAME, id(prep.data), steps, prep.constrained, repr(sorted(shared.items())), spec.clip_norm is None,
         cons.membership.tobytes(), cons.alpha.tobytes(), cons.cell_of.tobytes(), cons.J,
         0 if prep.scaling is None else len(prep.scaling[0]), str(prep.device), prep.spec.threads,
     )
+
+
+def similar_steps(runs: Sequence[tuple[int, Any]]) -> list[list[tuple[int, Any]]]:
+    """``(index, prep)`` of one batch key split into runs of nearly the same T (the largest at
+    most :data:`MIXED_STEPS_SPREAD` times the smallest), by increasing T: a group trains to its
+    largest T."""
+    out: list[list[tuple[int, Any]]] = []
+    for run in sorted(runs, key=lambda r: r[1].plan.steps):
+        if not out or run[1].plan.steps > MIXED_STEPS_SPREAD * out[-1][0][1].plan.steps:
+            out.append([])
+        out[-1].append(run)
+    return out
 
 
 def runs_per_chunk(prep: Any, memory_gb: float) -> int:
@@ -136,7 +154,7 @@ def _train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None
             out[i] = _alone(m, sweep_dir, on_result)
             continue
         batches.setdefault(key, []).append((i, prep))
-    for runs in batches.values():
+    for runs in (similar for key_runs in batches.values() for similar in similar_steps(key_runs)):
         size = runs_per_chunk(runs[0][1], memory_gb)
         for start in range(0, len(runs), size):
             chunk = runs[start : start + size]
@@ -203,12 +221,15 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
                    reporter=FanOut(rec), scaling=prep.scaling)
             for (_, prep), rec in zip(runs, recorders)
         ]
-        progress = Progress(first.plan.steps, desc=f"{first.spec.method.name}/{first.spec.dataset.display} x{R}", show_values=False)
+        steps = [prep.plan.steps for _, prep in runs]  # one T (batch_key), or nearly one (similar_steps)
+        progress = Progress(max(steps), desc=f"{first.spec.method.name}/{first.spec.dataset.display} x{R}", show_values=False)
         try:
-            results = first.method.fit_many(first.data, members, steps=first.plan.steps, device=first.device, reporter=progress)
+            results = first.method.fit_many(first.data, members, steps=steps if len(set(steps)) > 1 else steps[0], device=first.device,
+                                            reporter=progress)
         finally:
             progress.close()
         trained = time.time() - t0
+        log.info("%d runs trained together (T %d-%d) in %.1f s", R, min(steps), max(steps), trained)
         for r, ((member, prep), result, rec) in enumerate(zip(runs, results, recorders)):
             try:
                 out[r] = finish_run(prep, result, Path(member["run_dir"]), rec, started=time.time() - trained / R,

@@ -44,10 +44,11 @@ from raco_cli.privacy.mechanisms import (
 )
 
 
-def _windows(violation_sum: np.ndarray | None, count: int, R: int) -> list[tuple[Any, int] | None]:
+def _windows(violation_sum: np.ndarray | None, count: np.ndarray) -> list[tuple[Any, int] | None]:
+    """Each run's window of noisy dual gradients since its last evaluation (None: no step)."""
     if violation_sum is None:
-        return [None] * R
-    return [(violation_sum[r].copy(), count) for r in range(R)]
+        return [None] * len(count)
+    return [(violation_sum[r].copy(), int(c)) if c else None for r, c in enumerate(count)]
 
 
 def run_core(
@@ -55,18 +56,25 @@ def run_core(
     members: Sequence[Member],
     *,
     flags: core.CoreFlags,
-    steps: int,
+    steps: int | Sequence[int],
     device: torch.device,
     reporter: Reporter | None = None,
 ) -> list[TrainResult]:
     """:func:`raco_cli.methods.sgda.core.run` of R runs at once; one :class:`TrainResult` per run.
 
-    ``reporter`` (optional) gets the group's steps (a progress bar); each member's reporter
-    gets its evaluations, and a step report at every evaluation (heartbeats).
+    ``steps``: every run's T, or one per run (a scope=model sweep's seeds plan nearly the same
+    T from their own released n~): the group steps to the largest; a run whose T is reached
+    stops there, as alone: it records nothing more (its checkpoints are copies) and its
+    multipliers and counters stay as at its T (what its result reports); the group's products
+    go on computing its rows, which nothing reads.  ``reporter`` (optional) gets the group's steps (a
+    progress bar); each member's reporter gets its evaluations, and a step report at every
+    evaluation (heartbeats).
     """
     check_group(members)
     specs = [m.spec for m in members]
     spec0, cons0, R = specs[0], members[0].constraints, len(members)
+    T = np.broadcast_to(np.asarray(steps, dtype=np.int64), (R,)).copy()  # each run's own T
+    last = int(T.max()) if R else 0
     for s in specs:
         if flags.private and (s.clip_norm is None or s.noise_multiplier is None):
             raise ValueError("a private run needs clip_norm and noise_multiplier")
@@ -111,25 +119,28 @@ def run_core(
         clip_np = clip.reshape(R).numpy() if clip is not None else None
 
     lam = np.zeros((R, cons0.J))
-    checkpoints = GroupCheckpoints(data, members, layers, device, steps=steps)
+    checkpoints = GroupCheckpoints(data, members, layers, device, steps=T.tolist())
     clipped = torch.zeros(R, dtype=torch.long)
     norm_sum = torch.zeros(R)
     nonfinite = torch.zeros(R, dtype=torch.long)
     batch_sum = np.zeros(R, dtype=np.int64)
     clock = StepClock()
-    counts = {"laplace_histogram": 0, "gaussian_gradient": 0}
-    violation_sum: np.ndarray | None = None
-    violation_steps = 0
+    counts = {"laplace_histogram": np.zeros(R, dtype=np.int64), "gaussian_gradient": np.zeros(R, dtype=np.int64)}  # per run
+    violation_sum: np.ndarray | None = None  # (R, J)
+    violation_steps = np.zeros(R, dtype=np.int64)  # each run's steps since its last evaluation
 
-    def record(step: int) -> None:
-        nonlocal violation_sum, violation_steps
-        windows = _windows(violation_sum if flags.hist_noise else None, violation_steps, R)
-        checkpoints.record(step, W, b, lam, windows)
-        violation_sum, violation_steps = None, 0
+    def record(step: int, due: np.ndarray) -> None:
+        windows = _windows(violation_sum if flags.hist_noise else None, violation_steps)
+        checkpoints.record(step, W, b, lam, windows, due=due)
+        if violation_sum is not None:
+            violation_sum[due] = 0.0
+        violation_steps[due] = 0
 
-    record(0)
-    for t in range(1, steps + 1):
+    record(0, np.ones(R, dtype=bool))
+    for t in range(1, last + 1):
         t0 = time.perf_counter()
+        active = T >= t  # the runs still training (all but in a group's last few steps when T differ)
+        every = bool(active.all())
         count = 2 if independent else 1  # [hist sample,] gradient sample
         c, g_dual, z, weights = None, None, None, None
         if scan is not None:  # the samples read as drawn, never cut into padded index blocks
@@ -149,7 +160,7 @@ def run_core(
                 H = _histograms(z_h, batch["cellhot"][:, :L], hard=hard, temperature=temperature)
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
                 H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
-                counts["laplace_histogram"] += 1
+                counts["laplace_histogram"] += active
             weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
             violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
             violation_steps += 1
@@ -165,10 +176,16 @@ def run_core(
         else:
             assert z is not None  # (set by the torch branches above)
             res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
-        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
+        if every:
+            clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
+        else:
+            on = torch.from_numpy(active)
+            clipped = clipped + torch.where(on, res.clipped.cpu(), 0)
+            norm_sum = norm_sum + torch.where(on, res.norm_sum.cpu(), 0.0)
+            nonfinite = nonfinite + torch.where(on, res.nonfinite.cpu(), 0)
         grads = [res.grad_w, res.grad_b]
         if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
-            counts["gaussian_gradient"] += 1
+            counts["gaussian_gradient"] += active
             grads = releases.release(
                 "gradient",
                 lambda gw=res.grad_w, gb=res.grad_b: [gw + gaussian_many(tuple(gw.shape[1:]), noise_std, g_noise, dtype=gw.dtype),  # type: ignore[misc]
@@ -176,23 +193,25 @@ def run_core(
             )
         optimizer.step([W, b], grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13, per run
-            lam = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
-        evaluate_now = t % spec0.eval_every == 0 or t == steps
+            stepped = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
+            lam = stepped if every else np.where(active[:, None], stepped, lam)
+        due = active & ((t % spec0.eval_every == 0) | (T == t))  # each run's evaluations, its last step's included
+        evaluate_now = bool(due.any())
         if evaluate_now and device.type == "cuda":
             torch.cuda.synchronize(device)
         clock.add(time.perf_counter() - t0)
-        batch_sum += lengths[:, -1]
-        report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        batch_sum += lengths[:, -1] * active
+        report_step(reporter, members, t, last, evaluate=evaluate_now)
         if evaluate_now:
-            record(t)
+            record(t, due)
 
     finished = checkpoints.finish()
     return [
         TrainResult(
-            history=history, selected=selected, steps=steps, lam=[float(v) for v in lam[r]], state_dict=state,
-            stats=run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+            history=history, selected=selected, steps=int(T[r]), lam=[float(v) for v in lam[r]], state_dict=state,
+            stats=run_stats(r, steps=int(T[r]), rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
                             sample_rate=float(q[r])),
-            releases=dict(counts),
+            releases={kind: int(c[r]) for kind, c in counts.items()},
         )
         for r, (history, selected, state) in enumerate(finished)
     ]

@@ -14,6 +14,7 @@ from raco_cli.privacy import events
 
 NAME = "dp_sgd"
 PRIVATE = True
+MIXED_STEPS = True  # fit_many takes one T per run (sgda/batched.run_core)
 TASKS = ("classification", "regression")  # task=regression: squared loss on the linear model (docs/dpse.md)
 FLAGS = core.CoreFlags(private=True, constrained=False, hist_noise=False)
 

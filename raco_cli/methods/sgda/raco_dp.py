@@ -17,6 +17,7 @@ from raco_cli.privacy import events
 
 NAME = "raco_dp"
 PRIVATE = True
+MIXED_STEPS = True  # fit_many takes one T per run (sgda/batched.run_core)
 FLAGS = core.CoreFlags(private=True, constrained=True, hist_noise=True)
 
 

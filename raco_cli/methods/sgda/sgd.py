@@ -8,6 +8,7 @@ from raco_cli.privacy import events
 
 NAME = "sgd"
 PRIVATE = False
+MIXED_STEPS = True  # fit_many takes one T per run (sgda/batched.run_core)
 TASKS = ("classification", "regression")  # task=regression: squared loss on the linear model (docs/dpse.md)
 FLAGS = core.CoreFlags(private=False, constrained=False, hist_noise=False)
 

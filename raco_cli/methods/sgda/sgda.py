@@ -16,6 +16,7 @@ from raco_cli.privacy import events
 
 NAME = "sgda"
 PRIVATE = False
+MIXED_STEPS = True  # fit_many takes one T per run (sgda/batched.run_core)
 FLAGS = core.CoreFlags(private=False, constrained=True, hist_noise=False)
 
 

@@ -75,17 +75,19 @@ def _compare(alone, group):
             assert g.stats[key] == pytest.approx(a.stats[key], abs=TOL)
 
 
-def _run_both(data, name, specs, *, scalings=None, constraint="dp"):
+def _run_both(data, name, specs, *, scalings=None, constraint="dp", steps=None):
+    """``steps``: one T per run (default STEPS for all)."""
     module = methods.get(name)
     seeds = [Seeds.from_seed(i) for i in range(len(specs))]
     cons = [constraints.build(constraint, n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.02 + 0.03 * i) for i in range(len(specs))]
+    T = steps or [STEPS] * len(specs)
     alone = []
     for i, spec in enumerate(specs):
         d = data if scalings is None else apply_scaling(data, *scalings[i])
-        alone.append(module.fit(d, _model(data), cons[i], spec, steps=STEPS, seeds=seeds[i], device=CPU, reporter=NullReporter()))
+        alone.append(module.fit(d, _model(data), cons[i], spec, steps=T[i], seeds=seeds[i], device=CPU, reporter=NullReporter()))
     members = [batched.Member(model=_model(data), constraints=c, spec=s, seeds=sd, scaling=None if scalings is None else scalings[i])
                for i, (c, s, sd) in enumerate(zip(cons, specs, seeds))]
-    group = module.fit_many(data, members, steps=STEPS, device=CPU)
+    group = module.fit_many(data, members, steps=STEPS if steps is None else steps, device=CPU)
     _compare(alone, group)
     for m, g in zip(members, group):  # the member's model holds its selected checkpoint, as after fit
         for k, v in m.model.state_dict().items():
@@ -110,6 +112,24 @@ def _run_both(data, name, specs, *, scalings=None, constraint="dp"):
 )
 def test_a_run_in_a_group_equals_the_run_alone(small, name, kw):
     _run_both(small, name, _specs(name, **kw))
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [("raco_dp", {"scope": "model"}), ("raco_dp", {"selection": "average"}), ("raco_dp", {"optimizer": "adam", "lr": 0.05}),
+     ("dp_sgd", {}), ("sgda", {})],
+)
+def test_runs_of_different_T_in_one_group_equal_each_run_alone(small, name, kw):
+    """A group whose runs planned different T (a scope=model sweep's seeds: each its own n~)
+    steps to the largest; each run stops at its own T as alone: the same evaluations (its last
+    step's included, off the eval_every grid), selection, multipliers, parameters, statistics
+    and release counts, nothing recorded after its T."""
+    steps = [STEPS - 7, STEPS + 4, STEPS]  # 23 and 34: off the eval grid of 10
+    alone, group = _run_both(small, name, _specs(name, **kw), steps=steps)
+    for T, a, g in zip(steps, alone, group):
+        assert g.steps == T and g.history[-1].step == a.history[-1].step <= T
+        np.testing.assert_allclose(g.lam, a.lam, atol=TOL)
+        assert g.releases == a.releases and all(v in (0, T) for v in g.releases.values())
 
 
 @pytest.mark.parametrize("scope", ["paper", "model"])
@@ -376,6 +396,14 @@ def test_a_run_in_a_group_on_the_compiled_pass_equals_the_run_alone(small, name,
     the group equals the run alone (1e-6), per-run tau, gamma, clip and noise included."""
     _run_both(small, name, _specs(name, **kw))
     assert len(compiled_pass) == STEPS
+
+
+@pytest.mark.parametrize("name, kw", [("raco_dp", {"scope": "model"}), ("raco_dp", {"sampling": "shared"}), ("sgd", {})])
+def test_runs_of_different_T_on_the_compiled_pass_equal_each_run_alone(small, name, kw, compiled_pass):
+    """Different T per run on the compiled pass: each run as alone (1e-6), stopped at its T."""
+    steps = [STEPS + 4, STEPS - 7, STEPS]
+    _, group = _run_both(small, name, _specs(name, **kw), steps=steps)
+    assert len(compiled_pass) == max(steps) and [g.steps for g in group] == steps
 
 
 def _fermi_specs(scope="paper"):
