@@ -32,6 +32,27 @@ def test_reference_independent_equals_library():
     assert accountant.epsilon(event, 1e-5) == lib.get_epsilon(1e-5)
 
 
+@pytest.mark.parametrize("q, sigma, b, T", [(0.01, 1.0, 2.0, 1000), (0.0177, 0.8, 3.5, 417), (0.3, 2.5, 1.0, 7), (1.0, 1.3, 4.0, 20)])
+def test_memoised_leaves_give_the_librarys_eps_and_are_built_once(q, sigma, b, T):
+    """Subsampled Gaussian and Laplace leaves come from a memo (accountant.subsampled_pld): eps
+    equals dp-accounting's own PLDAccountant exactly, for the step's tree and the run's (the
+    leaf composed T times beside once-releases), and the trees' two leaves are built once."""
+    accountant.subsampled_pld.cache_clear()
+    step = events.raco_step(sample_rate=q, noise_multiplier=sigma, hist_noise_multiplier=b, sampling="independent")
+    run = dpa.ComposedDpEvent([events.repeated(step, T), dpa.GaussianDpEvent(7.0), dpa.LaplaceDpEvent(3.0)])
+    for tree in (step, run, dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), T)):
+        lib = pld_privacy_accountant.PLDAccountant()
+        lib.compose(tree)
+        assert accountant.epsilon(tree, 1e-5) == lib.get_epsilon(1e-5)
+    info = accountant.subsampled_pld.cache_info()
+    assert (info.misses, info.hits) == (2, 3)  # the Laplace and the Gaussian leaf, then reused
+    for other in (events.raco_step(sample_rate=q, noise_multiplier=1.5 * sigma, hist_noise_multiplier=b, sampling="independent"),
+                  events.raco_step(sample_rate=q / 2, noise_multiplier=sigma, hist_noise_multiplier=2 * b, sampling="independent")):
+        lib = pld_privacy_accountant.PLDAccountant()  # a leaf of other parameters is not served from the memo
+        lib.compose(other)
+        assert accountant.epsilon(other, 1e-5) == lib.get_epsilon(1e-5)
+
+
 def test_reference_shared_value():
     """Pinned 2.2073 (docs/privacy.md, SPEC) and, independently of raco's joint-PLD construction, the
     same value from a PLD built by discretising the privacy-loss distribution of one shared
