@@ -45,9 +45,9 @@ from raco_cli.run.train import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_GB = 2.0
-#: runs whose T differ trains as one group to the largest T (methods with ``MIXED_STEPS``) when
+#: runs whose T differ train as one group to the largest T (methods with ``MIXED_STEPS``) when
 #: the largest is within this factor of the smallest: a scope=model sweep's seeds plan T from
-#: their own released n~ (415-421 on Adult), and one group of them beats seven; far apart T
+#: their own released n~ (413-423 on Adult), and one group of them beats seven; far apart T
 #: (a grid over method.steps) would train the short runs' extra steps for nothing
 MIXED_STEPS_SPREAD = 1.1
 #: called with (summary, run_dir) after each run of a group finishes (``raco train`` prints
