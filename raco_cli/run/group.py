@@ -224,8 +224,8 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
         steps = [prep.plan.steps for _, prep in runs]  # one T (batch_key), or nearly one (similar_steps)
         progress = Progress(max(steps), desc=f"{first.spec.method.name}/{first.spec.dataset.display} x{R}", show_values=False)
         try:
-            results = first.method.fit_many(first.data, members, steps=steps if len(set(steps)) > 1 else steps[0], device=first.device,
-                                            reporter=progress)
+            results = first.method.fit_many(first.data, members, steps=steps if getattr(first.method, "MIXED_STEPS", False) else steps[0],
+                                            device=first.device, reporter=progress)
         finally:
             progress.close()
         trained = time.time() - t0

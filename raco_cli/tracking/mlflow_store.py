@@ -405,12 +405,11 @@ class RunRecorder:
                 metrics[f"{split}/noisy_violation"] = m["noisy_violation"]
         if record.lam:
             metrics["dual/lambda_max"] = max(record.lam)
+        self._pending.extend(self._rows(metrics, record.step))
         if self.buffered:
-            self.log_metrics(metrics, step=record.step)
             return
         # unbuffered: kept with their own timestamps, then written together every LIVE_EVERY_S
         # (the first at once; the rest by :meth:`finish`): the same rows as one write each
-        self._pending.extend(self._rows(metrics, record.step))
         now = time.monotonic()
         if now - self._written >= LIVE_EVERY_S:
             self._written = now
@@ -422,18 +421,11 @@ class RunRecorder:
         flush_recorders([self])
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int = 0) -> None:
-        """Log now, or keep for :meth:`flush` when the recorder is ``buffered``."""
-        if self.buffered:  # plain (key, value, timestamp, step) rows: a group buffers ~500 000 of them
-            self._pending.extend(self._rows(metrics, step))
-            return
-        if self._pending:  # evaluations kept by on_eval go first: the store sees the metrics in order
+        """Log now (with the evaluations :meth:`on_eval` kept, first: the store sees the metrics
+        in order), or keep for :meth:`flush` when the recorder is ``buffered``."""
+        self._pending.extend(self._rows(metrics, step))  # plain rows: a group buffers ~500 000 of them
+        if not self.buffered:
             self.flush()
-        ts = self._fixed_ts if self._fixed_ts is not None else int(time.time() * 1000)
-        from mlflow.entities import Metric
-
-        batch = [Metric(_metric_name(k), float(v), ts, step) for k, v in metrics.items()]
-        for start in range(0, len(batch), 500):
-            retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + 500])
 
     def _rows(self, metrics: Mapping[str, float], step: int) -> list[tuple[str, float, int, int]]:
         """Plain ``(key, value, timestamp, step)`` rows, timestamped now (or at the run's creation)."""

@@ -140,7 +140,6 @@ def run_core(
     for t in range(1, last + 1):
         t0 = time.perf_counter()
         active = T >= t  # the runs still training (all but in a group's last few steps when T differ)
-        every = bool(active.all())
         count = 2 if independent else 1  # [hist sample,] gradient sample
         c, g_dual, z, weights = None, None, None, None
         if scan is not None:  # the samples read as drawn, never cut into padded index blocks
@@ -176,13 +175,10 @@ def run_core(
         else:
             assert z is not None  # (set by the torch branches above)
             res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
-        if every:
-            clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
-        else:
-            on = torch.from_numpy(active)
-            clipped = clipped + torch.where(on, res.clipped.cpu(), 0)
-            norm_sum = norm_sum + torch.where(on, res.norm_sum.cpu(), 0.0)
-            nonfinite = nonfinite + torch.where(on, res.nonfinite.cpu(), 0)
+        on = torch.from_numpy(active)
+        clipped = clipped + torch.where(on, res.clipped.cpu(), 0)
+        norm_sum = norm_sum + torch.where(on, res.norm_sum.cpu(), 0.0)
+        nonfinite = nonfinite + torch.where(on, res.nonfinite.cpu(), 0)
         grads = [res.grad_w, res.grad_b]
         if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
             counts["gaussian_gradient"] += active
@@ -193,8 +189,7 @@ def run_core(
             )
         optimizer.step([W, b], grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13, per run
-            stepped = np.clip(lam + lr_dual * g_dual, 0.0, lambda_max)
-            lam = stepped if every else np.where(active[:, None], stepped, lam)
+            lam = np.where(active[:, None], np.clip(lam + lr_dual * g_dual, 0.0, lambda_max), lam)
         due = active & ((t % spec0.eval_every == 0) | (T == t))  # each run's evaluations, its last step's included
         evaluate_now = bool(due.any())
         if evaluate_now and device.type == "cuda":
