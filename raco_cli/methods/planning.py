@@ -83,8 +83,9 @@ def describe(spec: MethodSpec, constrained: bool) -> str:
 
 _CACHE: OrderedDict[str, tuple[PrivacyPlan, list[logging.LogRecord]]] = OrderedDict()
 _CACHE_SIZE = 512
-# the last T found for each plan but its training size (where plan_uncached's search starts)
-_STEPS_HINTS: dict[str, int] = {}
+# the last T found for each plan but its training size, and eps(T + 1) - eps(T) there (None at
+# max_steps): where plan_uncached's search starts and its first step (accountant.largest_within)
+_STEPS_HINTS: dict[str, tuple[int, float | None]] = {}
 
 
 def plan(
@@ -179,16 +180,17 @@ def plan_uncached(
         # runs that differ only in their released n~ (a scope=model sweep's seeds) have nearly
         # the same T: the search starts from the last such run's (the same T for any start)
         hint_key = repr((method.NAME, replace(spec, train_size=None), delta, budget, constrained))
-        hint = _STEPS_HINTS.get(hint_key)
+        hint, slope = _STEPS_HINTS.get(hint_key, (None, None))
+        seen: dict[int, float] = {}  # every eps the search evaluates (T: eps)
         if hasattr(method, "run_event"):
-            steps = _max_steps_of_run(method, spec, q, budget, constrained, hint=hint)
+            steps = _max_steps_of_run(method, spec, q, budget, constrained, hint=hint, slope=slope, seen=seen)
         else:
             step = method.step_event(spec, q, constrained=constrained)
             once = once_events(spec)
             extra = None if not once else once[0] if len(once) == 1 else dpa.ComposedDpEvent(once)
             steps = accountant.max_steps(step, budget, limit=spec.max_steps, describe=describe(spec, constrained), sample_rate=q,
-                                         extra=extra, hint=hint)
-        _STEPS_HINTS[hint_key] = steps
+                                         extra=extra, hint=hint, slope=slope, seen=seen)
+        _STEPS_HINTS[hint_key] = (steps, seen[steps + 1] - seen[steps] if steps in seen and steps + 1 in seen else None)
         while len(_STEPS_HINTS) > _CACHE_SIZE:
             _STEPS_HINTS.pop(next(iter(_STEPS_HINTS)))
         if steps == spec.max_steps:
@@ -251,7 +253,7 @@ def _spend_budget(method: Method, spec: MethodSpec, q: float, steps: int, budget
 
 
 def _max_steps_of_run(method: Method, spec: MethodSpec, q: float, budget: accountant.Budget, constrained: bool, *,
-                      hint: int | None = None) -> int:
+                      hint: int | None = None, slope: float | None = None, seen: dict[int, float] | None = None) -> int:
     """Largest T <= max_steps whose whole-run event fits the budget (:func:`accountant.largest_within`)."""
 
     def eps_at(T: int) -> float:
@@ -262,7 +264,7 @@ def _max_steps_of_run(method: Method, spec: MethodSpec, q: float, budget: accoun
             UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=q, mechanism=describe(spec, constrained), eps_one=eps_one)
         )
 
-    return accountant.largest_within(eps_at, budget.eps, spec.max_steps, hint=hint, unreachable=unreachable)
+    return accountant.largest_within(eps_at, budget.eps, spec.max_steps, hint=hint, slope=slope, seen=seen, unreachable=unreachable)
 
 
 def _min_noise_scale(spec: MethodSpec) -> float:

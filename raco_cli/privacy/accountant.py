@@ -72,13 +72,19 @@ class RacoPLDAccountant(pld_privacy_accountant.PLDAccountant):
                                       self._value_discretization_interval)
                 self._pld = self._pld.compose(leaf.self_compose(count))  # type: ignore[has-type]
             return None
+        if type(event) is dpa.GaussianDpEvent and event.noise_multiplier > 0:  # the library's own leaf, memoised
+            if do_compose:
+                leaf = plain_gaussian_pld(event.noise_multiplier / math.sqrt(count), self._value_discretization_interval,
+                                          self.neighboring_relation)
+                self._pld = self._pld.compose(leaf)  # type: ignore[has-type]
+            return None
         if isinstance(event, (dpa.ComposedDpEvent, dpa.SelfComposedDpEvent)):
             leaves = flatten(event)
             if len(leaves) > 1 and all(type(e) is dpa.GaussianDpEvent and e.noise_multiplier > 0 for e, _ in leaves):
                 # plain (not subsampled) Gaussians compose exactly into one Gaussian: one PLD
                 # instead of many, and no discretisation error accumulated over the leaves
                 sigma = combined_gaussian_noise([e.noise_multiplier for e, n in leaves for _ in range(n)])
-                return super()._maybe_compose(dpa.GaussianDpEvent(sigma), count, do_compose)
+                return self._maybe_compose(dpa.GaussianDpEvent(sigma), count, do_compose)
         return super()._maybe_compose(event, count, do_compose)
 
     def _compose_shared(self, event: dpa.PoissonSampledDpEvent, count: int, do_compose: bool):  # noqa: ANN202
@@ -131,6 +137,17 @@ def subsampled_pld(kind: str, noise: float, sampling_prob: float, discretization
         return pld_lib.from_gaussian_mechanism(standard_deviation=noise, value_discretization_interval=discretization,
                                                sampling_prob=sampling_prob, neighboring_relation=dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
     return pld_lib.from_laplace_mechanism(parameter=noise, value_discretization_interval=discretization, sampling_prob=sampling_prob)
+
+
+@functools.lru_cache(maxsize=64)
+def plain_gaussian_pld(standard_deviation: float, discretization: float,
+                       relation: dpa.NeighboringRelation) -> pld_lib.PrivacyLossDistribution:
+    """The PLD of a ``GaussianDpEvent`` (not subsampled) as the library's accountant builds it
+    (its ``noise / sqrt(count)`` is the caller's), memoised as :func:`subsampled_pld`: a run's
+    once-made releases (the DP count and standardisation) do not depend on its sample rate, so
+    the seeds of a scope=model sweep, each with its own n~, share them."""
+    return pld_lib.from_gaussian_mechanism(standard_deviation=standard_deviation, value_discretization_interval=discretization,
+                                           neighboring_relation=relation)
 
 
 @functools.lru_cache(maxsize=64)
@@ -297,12 +314,14 @@ def max_steps(
     sample_rate: float,
     extra: dpa.DpEvent | None = None,
     hint: int | None = None,
+    slope: float | None = None,
+    seen: dict[int, float] | None = None,
 ) -> int:
     """Largest T <= limit with eps(SelfComposed(step, T) [+ extra]) <= budget.eps.
 
     A search over T (:func:`largest_within`) on the single-step PLD (eps is non-decreasing in
     T); ``extra`` is a release made once per run (e.g. the private checkpoint selection),
-    composed with each T; ``hint``: where the search starts (a neighbouring run's T).
+    composed with each T; ``hint``, ``slope``, ``seen``: as :func:`largest_within`.
 
     Raises:
         PrivacyBudgetError: even one step exceeds the budget.
@@ -321,32 +340,39 @@ def max_steps(
             UNREACHABLE_BUDGET.format(eps=budget.eps, delta=budget.delta, sample_rate=sample_rate, mechanism=describe, eps_one=eps_one)
         )
 
-    return largest_within(eps_at, budget.eps, limit, hint=hint, unreachable=unreachable)
+    return largest_within(eps_at, budget.eps, limit, hint=hint, slope=slope, seen=seen, unreachable=unreachable)
 
 
 def largest_within(
-    eps_at: Callable[[int], float], target: float, limit: int, *, hint: int | None = None,
-    unreachable: Callable[[float], Exception],
+    eps_at: Callable[[int], float], target: float, limit: int, *, hint: int | None = None, slope: float | None = None,
+    seen: dict[int, float] | None = None, unreachable: Callable[[float], Exception],
 ) -> int:
     """Largest T in [1, limit] with ``eps_at(T) <= target``, for a non-decreasing ``eps_at``.
 
     Without a hint: eps at 1 and at ``limit``, then bisection of [1, limit] (~log2(limit)
     evaluations, each a PLD self-composition of ~50 ms at Adult's settings).  With one (the T of
     a run planned just before whose sample rate differs slightly, e.g. the seeds of a
-    scope=model sweep, each with its own released n~): eps at the hint, then steps of 1, 2,
-    4, ... away from it until eps crosses the target, then bisection of that bracket: a few
-    evaluations when the hint is close.  Either way the answer is the T with eps(T) <= target
-    < eps(T + 1) (or ``limit``), both evaluated, so the same T for any hint.
+    scope=model sweep, each with its own released n~): eps at the hint, then, given ``slope``
+    (that run's eps(T + 1) - eps(T)), one secant step to ``hint + floor((target - eps(hint)) /
+    slope)`` (eps is nearly linear over the few steps between neighbouring runs' T, so the step
+    lands on the answer or next to it); from there steps of 1, 2, 4, ... until eps crosses the
+    target, then bisection of that bracket: 2-3 evaluations when the hint is close.  Either
+    way the answer is the T with eps(T) <= target < eps(T + 1) (or ``limit``), both evaluated,
+    so the same T for any hint and slope.  ``seen``: a dict that receives every evaluation (T:
+    eps), e.g. for the next search's slope.
 
     Raises:
         ``unreachable(eps_at(1))``: even T = 1 exceeds the target.
     """
-    seen: dict[int, float] = {}
+    seen = {} if seen is None else seen
 
     def fits(T: int) -> bool:
         if T not in seen:
             seen[T] = eps_at(T)
         return seen[T] <= target
+
+    def clamped(T: int) -> int:
+        return min(max(int(T), 1), limit)
 
     if hint is None:
         if not fits(1):
@@ -355,7 +381,12 @@ def largest_within(
             return limit
         lo, hi = 1, limit  # eps(lo) <= target < eps(hi)
     else:
-        start, gap = min(max(int(hint), 1), limit), 1
+        start, gap = clamped(hint), 1
+        if slope is not None and math.isfinite(slope) and slope > 0:
+            fits(start)
+            steps_left = (target - seen[start]) / slope
+            if math.isfinite(steps_left):
+                start = clamped(start + max(min(math.floor(steps_left), limit), -limit))
         if fits(start):  # gallop up to the first T past the target
             lo = start
             while True:

@@ -57,3 +57,38 @@ def test_plans_are_cached_by_their_inputs(monkeypatch):
     planning.plan(dp_sgd, replace(spec, lr=0.1), n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
     planning.plan(dp_sgd, spec, n_train=5000, eps=3.0, delta=1e-5, constrained=False, discretization=1e-3)
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("module, options", [(raco_dp, {}), (dp_fermi, {"lam": 1.0})])
+def test_a_seed_sweeps_plans_from_their_neighbours_equal_plans_from_scratch(monkeypatch, module, options):
+    """The seeds of a scope=model sweep each plan at their own released n~: each search starts
+    from the previous plan's T and takes one secant step with its slope (planning._STEPS_HINTS).
+    Every plan's T and eps equal the plan searched from scratch (bisection), in <= 3
+    evaluations of eps each once a neighbour is known; raco_dp searches with accountant.max_steps,
+    DP-FERMI (a run_event of its own) through planning._max_steps_of_run."""
+    evaluations: list[int] = []
+    search = accountant.largest_within
+
+    def counted(eps_at, *args, **kwargs):
+        return search(lambda T: (evaluations.append(T), eps_at(T))[1], *args, **kwargs)
+
+    monkeypatch.setattr(accountant, "largest_within", counted)
+    spec = MethodSpec(name=module.NAME, batch_size=200, max_steps=3000, noise_multiplier=3.0, hist_noise_multiplier=12.0,
+                      size_noise=50.0, preprocessing_noise=20.0, options=options)
+    planning._STEPS_HINTS.clear()
+    hinted, counts = [], []
+    sizes = (5012, 4987, 5040, 4950, 5003)
+    for n in sizes:
+        evaluations.clear()
+        p = planning.plan_uncached(module, replace(spec, train_size=n), n_train=n, eps=1.0, delta=1e-5, constrained=True,
+                                   discretization=1e-3)
+        hinted.append((p.steps, p.eps_planned))
+        counts.append(len(evaluations))
+    scratch = []
+    for n in sizes:
+        planning._STEPS_HINTS.clear()
+        p = planning.plan_uncached(module, replace(spec, train_size=n), n_train=n, eps=1.0, delta=1e-5, constrained=True,
+                                   discretization=1e-3)
+        scratch.append((p.steps, p.eps_planned))
+    assert hinted == scratch and len({T for T, _ in scratch}) > 1
+    assert max(counts[1:]) <= 3 < counts[0]

@@ -34,18 +34,24 @@ def test_reference_independent_equals_library():
 
 @pytest.mark.parametrize("q, sigma, b, T", [(0.01, 1.0, 2.0, 1000), (0.0177, 0.8, 3.5, 417), (0.3, 2.5, 1.0, 7), (1.0, 1.3, 4.0, 20)])
 def test_memoised_leaves_give_the_librarys_eps_and_are_built_once(q, sigma, b, T):
-    """Subsampled Gaussian and Laplace leaves come from a memo (accountant.subsampled_pld): eps
-    equals dp-accounting's own PLDAccountant exactly, for the step's tree and the run's (the
-    leaf composed T times beside once-releases), and the trees' two leaves are built once."""
+    """Subsampled Gaussian and Laplace leaves and plain Gaussian ones come from memos
+    (accountant.subsampled_pld, plain_gaussian_pld): eps equals dp-accounting's own
+    PLDAccountant exactly, for the step's tree and the runs' (the leaf composed T times beside
+    once-releases, one of them repeated), and each leaf is built once."""
     accountant.subsampled_pld.cache_clear()
+    accountant.plain_gaussian_pld.cache_clear()
     step = events.raco_step(sample_rate=q, noise_multiplier=sigma, hist_noise_multiplier=b, sampling="independent")
     run = dpa.ComposedDpEvent([events.repeated(step, T), dpa.GaussianDpEvent(7.0), dpa.LaplaceDpEvent(3.0)])
-    for tree in (step, run, dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), T)):
+    # a plain Gaussian released 3 times is one Gaussian of noise 7 / sqrt(3) (the library's count)
+    other_run = dpa.ComposedDpEvent([events.repeated(step, T + 1), dpa.GaussianDpEvent(7.0), events.repeated(dpa.GaussianDpEvent(7.0), 3)])
+    for tree in (step, run, dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), T), other_run):
         lib = pld_privacy_accountant.PLDAccountant()
         lib.compose(tree)
         assert accountant.epsilon(tree, 1e-5) == lib.get_epsilon(1e-5)
     info = accountant.subsampled_pld.cache_info()
-    assert (info.misses, info.hits) == (2, 3)  # the Laplace and the Gaussian leaf, then reused
+    assert (info.misses, info.hits) == (2, 5)  # the Laplace and the Gaussian leaf, then reused
+    plain = accountant.plain_gaussian_pld.cache_info()
+    assert (plain.misses, plain.hits) == (2, 1)  # sigma 7 (then reused by the other run) and 7 / sqrt(3)
     for other in (events.raco_step(sample_rate=q, noise_multiplier=1.5 * sigma, hist_noise_multiplier=b, sampling="independent"),
                   events.raco_step(sample_rate=q / 2, noise_multiplier=sigma, hist_noise_multiplier=2 * b, sampling="independent")):
         lib = pld_privacy_accountant.PLDAccountant()  # a leaf of other parameters is not served from the memo
@@ -124,12 +130,14 @@ def test_max_steps_is_the_largest_within_budget(sampling):
     assert accountant.epsilon(events.repeated(step, T + 1), 1e-5) > 1.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(crossing=st.integers(0, 1200), limit=st.integers(1, 1000), hint=st.one_of(st.none(), st.integers(-5, 1300)),
-       flat=st.integers(1, 40))
-def test_the_step_search_finds_the_same_T_from_any_start(crossing, limit, hint, flat):
+       flat=st.integers(1, 40),
+       slope=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.floats(1e-300, 1e-3), st.floats(1e-3, 10.0)))
+def test_the_step_search_finds_the_same_T_from_any_start(crossing, limit, hint, flat, slope):
     """largest_within on a non-decreasing eps (plateaus of ``flat`` steps): the largest T within
-    the target, whatever the hint (a neighbouring run's T), only T in [1, limit] evaluated;
+    the target, whatever the hint (a neighbouring run's T) and the slope of its secant step
+    (absurd, zero, negative, NaN or infinite ones included), only T in [1, limit] evaluated;
     T = 1 over the target raises for every hint."""
     calls: list[int] = []
 
@@ -138,7 +146,7 @@ def test_the_step_search_finds_the_same_T_from_any_start(crossing, limit, hint, 
         return (T // flat) / (crossing // flat + 1) if T <= crossing else 1.0 + T
 
     def search():
-        return accountant.largest_within(eps_at, 1.0, limit, hint=hint, unreachable=lambda e: RuntimeError(f"over {e}"))
+        return accountant.largest_within(eps_at, 1.0, limit, hint=hint, slope=slope, unreachable=lambda e: RuntimeError(f"over {e}"))
 
     if crossing < 1:
         with pytest.raises(RuntimeError, match="over"):
@@ -160,15 +168,20 @@ def test_a_close_hint_needs_a_few_evaluations_and_plans_the_same_T(monkeypatch):
 
     monkeypatch.setattr(accountant, "largest_within", counted)
     budget = accountant.Budget(eps=1.0, delta=1e-5)
-    found = {}
-    for q, hint in ((0.0356, None), (0.03555, None), (0.03555, "near"), (0.03555, 1), (0.03555, 10_000)):
+    found, seen = {}, {}
+    for q, hint in ((0.0356, None), (0.03555, None), (0.03555, "near"), (0.03555, "secant"), (0.03555, 1), (0.03555, 10_000)):
         step = events.raco_step(sample_rate=q, noise_multiplier=3.0, hist_noise_multiplier=12.0, sampling="independent")
-        start = found[(0.0356, None)][0] if hint == "near" else hint
+        start = found[(0.0356, None)][0] if hint in ("near", "secant") else hint
+        # the neighbour's eps(T + 1) - eps(T), as planning keeps it (the secant step's slope)
+        slope = seen[start + 1] - seen[start] if hint == "secant" else None
         evaluations.clear()
-        T = accountant.max_steps(step, budget, limit=10_000, describe="x", sample_rate=q, hint=start)
+        T = accountant.max_steps(step, budget, limit=10_000, describe="x", sample_rate=q, hint=start, slope=slope,
+                                 seen=seen if hint is None and q == 0.0356 else None)
         found[(q, hint)] = (T, len(evaluations))
     assert len({T for T, _ in list(found.values())[1:]}) == 1  # every start, the same T at q = 0.03555
+    assert found[(0.0356, None)][0] != found[(0.03555, None)][0]  # (the hint is not the answer)
     assert found[(0.03555, "near")][1] <= 4 < found[(0.03555, None)][1]
+    assert found[(0.03555, "secant")][1] <= 3
 
 
 def test_max_steps_respects_limit():
