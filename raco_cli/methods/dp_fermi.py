@@ -56,7 +56,7 @@ scale lam, temperature 1), so the closed-form linear engine serves it unchanged.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dp_accounting as dpa
@@ -82,6 +82,7 @@ from raco_cli.privacy.mechanisms import (
 )
 
 NAME = "dp_fermi"
+MIXED_STEPS = True  # fit_many takes one T per run
 PRIVATE = True
 
 #: ``method.options`` of DP-FERMI and their defaults (conf/method/dp_fermi.yaml documents them).
@@ -360,15 +361,23 @@ def fit(
     )
 
 
-def fit_many(data: TabularData, members, *, steps: int, device: torch.device, reporter: Reporter | None = None) -> list[TrainResult]:
+def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: torch.device,
+             reporter: Reporter | None = None) -> list[TrainResult]:
     """:func:`fit` of the R runs of a group as one vectorised problem
     (:mod:`raco_cli.methods.batched`): each run's lam, noise, clip norms, W radius and group
     proportions are its own, and so are its sampling and noise streams (drawn in the order
-    :func:`fit` draws them: group counts first, then per step theta's noise then W's)."""
+    :func:`fit` draws them: group counts first, then per step theta's noise then W's).
+
+    ``steps``: every run's T, or one per run (:data:`MIXED_STEPS`): the group steps to the
+    largest, and a run stops at its own T as alone (as the SGDA loop's groups,
+    :func:`raco_cli.methods.sgda.batched.run_core`): it records nothing after it, and its W
+    player and counters stay as at its T."""
     from raco_cli.methods import batched
 
     batched.check_group(members)
     R, specs = len(members), [m.spec for m in members]
+    T = np.broadcast_to(np.asarray(steps, dtype=np.int64), (R,)).copy()  # each run's own T
+    last = int(T.max()) if R else 0
     for m in members:
         validate(m.spec, m.constraints, data)
         if m.spec.clip_norm is None or m.spec.noise_multiplier is None:
@@ -413,18 +422,20 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
         lams_np, ones = np.array(lams, dtype=np.float32), np.ones(R, dtype=np.float32)
         clip_np, clip_w_np = clip.reshape(R).numpy(), clip_w.reshape(R).numpy()
 
-    checkpoints = batched.GroupCheckpoints(data, members, layers, device, steps=steps)
+    checkpoints = batched.GroupCheckpoints(data, members, layers, device, steps=T.tolist())
     clipped, clipped_w = torch.zeros(R, dtype=torch.long), torch.zeros(R, dtype=torch.long)
     norm_sum, nonfinite = torch.zeros(R), torch.zeros(R, dtype=torch.long)
     batch_sum = np.zeros(R, dtype=np.int64)
     clock = StepClock()
 
-    def record(step: int) -> None:
-        checkpoints.record(step, W, b, Wd.reshape(R, -1).cpu().numpy(), [None] * R)
+    def record(step: int, due: np.ndarray) -> None:
+        checkpoints.record(step, W, b, Wd.reshape(R, -1).cpu().numpy(), [None] * R, due=due)
 
-    record(0)
-    for t in range(1, steps + 1):
+    record(0, np.ones(R, dtype=bool))
+    for t in range(1, last + 1):
         t0 = time.perf_counter()
+        active = T >= t  # the runs still training (all but in a group's last few steps when T differ)
+        on = torch.from_numpy(active)
         if scan is not None:  # the samples read as drawn (methods/batched_scan.py)
             lengths = scan.sample(poisson_positions_many(n, q, g_sample), count=1)
         else:
@@ -443,10 +454,12 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
                 c = torch.bmm(A.transpose(1, 2), ghot.transpose(1, 2))  # (R, l, L): row i's A[g_i]
                 res = batched.clipped_sums(rb, z, c, reg_temp=reg, temperature=None, clip=clip)
                 G_w, nc = _w_gradient_sums(batched.group_softmax(z.float()).transpose(1, 2), ghot, rb["valid"], Wd, s, clip_w)
-        clipped, norm_sum, nonfinite = clipped + res.clipped.cpu(), norm_sum + res.norm_sum.cpu(), nonfinite + res.nonfinite.cpu()
-        clipped_w = clipped_w + nc.cpu() * torch.as_tensor(with_w)
-        for cnt in counts:
-            cnt["gaussian_gradient"] += 1
+        clipped = clipped + torch.where(on, res.clipped.cpu(), 0)
+        norm_sum = norm_sum + torch.where(on, res.norm_sum.cpu(), 0.0)
+        nonfinite = nonfinite + torch.where(on, res.nonfinite.cpu(), 0)
+        clipped_w = clipped_w + torch.where(on, nc.cpu(), 0) * torch.as_tensor(with_w)
+        for cnt, running in zip(counts, active):
+            cnt["gaussian_gradient"] += int(running)
         grads = releases.release(
             "gradient",
             lambda gw=res.grad_w, gb=res.grad_b: [gw + batched.gaussian_many(tuple(gw.shape[1:]), std_theta, g_noise, dtype=gw.dtype),  # type: ignore[misc]
@@ -454,7 +467,7 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
         )
         if w_runs:
             for r in w_runs:
-                counts[r]["gaussian_gradient_w"] += 1
+                counts[r]["gaussian_gradient_w"] += int(active[r])
             sel = torch.as_tensor(w_runs, device=device)
             G_sel = G_w.index_select(0, sel)
             noisy_w = releases.release(
@@ -469,20 +482,24 @@ def fit_many(data: TabularData, members, *, steps: int, device: torch.device, re
             factor = np.where(norms > radius[w_runs], radius[w_runs] / np.where(norms > 0, norms, 1.0), 1.0)
             scaled = torch.where(torch.as_tensor(norms > radius[w_runs], device=device).view(-1, 1, 1),
                                  stepped * torch.as_tensor(factor, dtype=torch.float32, device=device).view(-1, 1, 1), stepped)
-            Wd[sel] = scaled
+            # a run past its T keeps its W player as at its T
+            Wd[sel] = torch.where(on.to(device).index_select(0, sel).view(-1, 1, 1), scaled, Wd.index_select(0, sel))
+        due = active & ((t % specs[0].eval_every == 0) | (T == t))  # each run's evaluations, its last step's included
+        evaluate_now = bool(due.any())
+        if evaluate_now and device.type == "cuda":
+            torch.cuda.synchronize(device)
         clock.add(time.perf_counter() - t0)
-        batch_sum += lengths[:, 0]
-        evaluate_now = t % specs[0].eval_every == 0 or t == steps
-        batched.report_step(reporter, members, t, steps, evaluate=evaluate_now)
+        batch_sum += lengths[:, 0] * active
+        batched.report_step(reporter, members, t, last, evaluate=evaluate_now)
         if evaluate_now:
-            record(t)
+            record(t, due)
 
     finished = checkpoints.finish()
     return [
         TrainResult(
-            history=history, selected=selected, steps=steps, lam=[float(v) for v in Wd[r].flatten().cpu()], state_dict=state,
+            history=history, selected=selected, steps=int(T[r]), lam=[float(v) for v in Wd[r].flatten().cpu()], state_dict=state,
             stats={
-                **batched.run_stats(r, steps=steps, rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
+                **batched.run_stats(r, steps=int(T[r]), rows=batch_sum, clipped=clipped, norm_sum=norm_sum, nonfinite=nonfinite, clock=clock,
                                     sample_rate=float(q[r])),
                 "clip_fraction_w": float(clipped_w[r]) / max(int(batch_sum[r]), 1),
                 "fermi_lambda": lams[r],

@@ -117,7 +117,7 @@ def test_a_run_in_a_group_equals_the_run_alone(small, name, kw):
 @pytest.mark.parametrize(
     "name, kw",
     [("raco_dp", {"scope": "model"}), ("raco_dp", {"selection": "average"}), ("raco_dp", {"optimizer": "adam", "lr": 0.05}),
-     ("dp_sgd", {}), ("sgda", {})],
+     ("dp_sgd", {}), ("sgda", {}), ("dp_fermi", {}), ("dp_fermi", {"scope": "model"})],
 )
 def test_runs_of_different_T_in_one_group_equal_each_run_alone(small, name, kw):
     """A group whose runs planned different T (a scope=model sweep's seeds: each its own n~)
@@ -125,11 +125,11 @@ def test_runs_of_different_T_in_one_group_equal_each_run_alone(small, name, kw):
     step's included, off the eval_every grid), selection, multipliers, parameters, statistics
     and release counts, nothing recorded after its T."""
     steps = [STEPS - 7, STEPS + 4, STEPS]  # 23 and 34: off the eval grid of 10
-    alone, group = _run_both(small, name, _specs(name, **kw), steps=steps)
+    alone, group = _run_both(small, name, _fermi_specs(**kw) if name == "dp_fermi" else _specs(name, **kw), steps=steps)
     for T, a, g in zip(steps, alone, group):
         assert g.steps == T and g.history[-1].step == a.history[-1].step <= T
-        np.testing.assert_allclose(g.lam, a.lam, atol=TOL)
-        assert g.releases == a.releases and all(v in (0, T) for v in g.releases.values())
+        np.testing.assert_allclose(g.lam, a.lam, atol=TOL)  # (DP-FERMI: its W player)
+        assert g.releases == a.releases and all(v in (0, 1, T) for v in g.releases.values())  # (1: DP-FERMI's group counts)
 
 
 @pytest.mark.parametrize("scope", ["paper", "model"])
@@ -398,11 +398,12 @@ def test_a_run_in_a_group_on_the_compiled_pass_equals_the_run_alone(small, name,
     assert len(compiled_pass) == STEPS
 
 
-@pytest.mark.parametrize("name, kw", [("raco_dp", {"scope": "model"}), ("raco_dp", {"sampling": "shared"}), ("sgd", {})])
+@pytest.mark.parametrize("name, kw", [("raco_dp", {"scope": "model"}), ("raco_dp", {"sampling": "shared"}), ("sgd", {}),
+                                      ("dp_fermi", {"scope": "model"})])
 def test_runs_of_different_T_on_the_compiled_pass_equal_each_run_alone(small, name, kw, compiled_pass):
     """Different T per run on the compiled pass: each run as alone (1e-6), stopped at its T."""
     steps = [STEPS + 4, STEPS - 7, STEPS]
-    _, group = _run_both(small, name, _specs(name, **kw), steps=steps)
+    _, group = _run_both(small, name, _fermi_specs(**kw) if name == "dp_fermi" else _specs(name, **kw), steps=steps)
     assert len(compiled_pass) == max(steps) and [g.steps for g in group] == steps
 
 
