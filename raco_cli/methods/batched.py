@@ -47,7 +47,13 @@ from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds
 from raco_cli.methods.timing import StepClock
-from raco_cli.metrics.evaluate import evaluate_binary_many, evaluate_many, split_constants
+from raco_cli.metrics.evaluate import (
+    binary_predictions,
+    evaluate_binary_many,
+    evaluate_many,
+    predictions,
+    split_constants,
+)
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
     SecureNoise,
@@ -268,7 +274,7 @@ class GroupEvaluator:
             y, group = self.labels[split]
             Z = self.logits(W, b, split)
             if self.model_scope and split == "val":  # only the correct count is used (privately)
-                pred = (Z > 0) if binary else Z.argmax(axis=2)
+                pred = binary_predictions(Z) if binary else predictions(Z)
                 acc = (pred == y).mean(axis=1) if len(y) else np.full(R, np.nan)
                 for r in range(R):
                     out[r][split] = {"n": int(len(y)), "accuracy": float(acc[r])}

@@ -221,19 +221,31 @@ def evaluate(
                          group_names=group_names, class_names=class_names, robust=robust)[0]
 
 
+def binary_predictions(margin: np.ndarray) -> np.ndarray:
+    """The prediction rule of two classes, from the margins ``z_1 - z_0``: class 1 where the
+    margin is positive; ties and NaN (inf - inf of a non-finite row) to class 0.  Every
+    evaluation of a binary task predicts through this (and :func:`predictions`)."""
+    return (np.asarray(margin) > 0).astype(np.int64)
+
+
+def predictions(logits: np.ndarray) -> np.ndarray:
+    """The predicted class of each row of ``logits`` (..., K): two classes by the margin
+    (:func:`binary_predictions`), more by the arg-max."""
+    z = np.asarray(logits, dtype=np.float64)
+    if z.shape[-1] == 2:
+        with np.errstate(invalid="ignore"):
+            return binary_predictions(z[..., 1] - z[..., 0])
+    return z.argmax(axis=-1)
+
+
 def accuracy_only(logits: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """``n`` and ``accuracy`` of one split by :func:`evaluate`'s prediction rule (two classes:
-    the margin ``z_1 - z_0 > 0``, ties and NaN to class 0; else the arg-max): all that
-    ``privacy.scope=model`` reads of validation (the correct count of its noisy selection)."""
-    z, y = np.asarray(logits, dtype=np.float64), np.asarray(y)
+    """``n`` and ``accuracy`` of one split by :func:`evaluate`'s prediction rule
+    (:func:`predictions`): all that ``privacy.scope=model`` reads of validation (the correct
+    count of its noisy selection)."""
+    y = np.asarray(y)
     if not len(y):
         return {"n": 0, "accuracy": math.nan}
-    if z.shape[1] == 2:
-        with np.errstate(invalid="ignore"):  # inf - inf of a non-finite row: nan, class 0 as in evaluate
-            pred = (z[:, 1] - z[:, 0] > 0).astype(np.int64)
-    else:
-        pred = z.argmax(axis=1)
-    return {"n": int(len(y)), "accuracy": float((pred == y).mean())}
+    return {"n": int(len(y)), "accuracy": float((predictions(logits) == y).mean())}
 
 
 def evaluate_many(
@@ -301,7 +313,7 @@ def evaluate_binary_many(
     ``split``: the split's :class:`SplitConstants` (built here when None)."""
     d = np.asarray(margin, dtype=np.float64)
     y, group = np.asarray(y), np.asarray(group)
-    pred = (d > 0).astype(np.int64)
+    pred = binary_predictions(d)
     nll, soft = logistic_terms(d, y, None if constraints[0].is_empty else np.asarray(temperatures, dtype=np.float64))
     hists = []
     if soft is not None:

@@ -189,3 +189,19 @@ def test_accuracy_only_is_evaluates_accuracy(K):
     full = evaluate(z, y, group, constraints=cs, temperature=1.0, group_names=("a", "b"))
     assert accuracy_only(z, y) == {"n": n, "accuracy": full["accuracy"]}
     assert accuracy_only(z[:0], y[:0])["n"] == 0
+
+
+def test_one_prediction_rule_for_every_evaluation():
+    """metrics.evaluate.predictions: two classes by the margin (ties, NaN and inf - inf to
+    class 0), more by the first arg-max; the batched evaluator's scope=model validation count
+    (GroupEvaluator) predicts through the same functions."""
+    from raco_cli.metrics.evaluate import binary_predictions, predictions
+
+    z2 = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0], [np.nan, 0.0], [0.0, np.nan], [np.inf, np.inf], [-np.inf, 0.0]])
+    assert predictions(z2).tolist() == [1, 0, 0, 0, 0, 0, 1]
+    with np.errstate(invalid="ignore"):  # (inf - inf)
+        margin = z2[:, 1] - z2[:, 0]
+    assert binary_predictions(margin).tolist() == [1, 0, 0, 0, 0, 0, 1]
+    z3 = np.array([[1.0, 3.0, 3.0], [0.0, 0.0, 0.0], [-1.0, -2.0, 5.0]])
+    assert predictions(z3).tolist() == [1, 0, 2]
+    assert predictions(np.stack([z3, z3[::-1]])).tolist() == [[1, 0, 2], [2, 0, 1]]  # (R, n, K) of a group
