@@ -212,30 +212,38 @@ def poisson_positions_many(
     compiled data pass reads them as they are (:meth:`raco_cli.methods.batched_scan.Scan.sample`)."""
     R, total = len(generators), count * n
     rates = np.broadcast_to(np.asarray(sample_rate, dtype=np.float64), (R,))
-    if R and len(set(rates.tolist())) > 1:  # per-run rates: each run as poisson_sample draws it
+    if R and (rates >= 1.0).any():  # (a rate of 1: every row; rare) each run as poisson_sample draws it
         rows = [np.concatenate([s.numpy() + k * n for k, s in enumerate(poisson_sample(n, float(q), g, count=count))])
                 for q, g in zip(rates, generators)]
-    elif R == 0 or rates[0] >= 1.0:
-        rows = [np.arange(total, dtype=np.int64)] * R
+    elif R == 0:
+        rows = []
     else:
-        q = float(rates[0])
-        expected = total * q
-        chunk = int(expected + 6.0 * expected**0.5 + 16)
-        log_keep = math.log1p(-q)
-        if R and all(isinstance(g, SecureUniforms) for g in generators):  # one CSPRNG read: run r's uniforms are block r
-            U = SecureUniforms().random((R, chunk))
+        # each run's first chunk of uniforms, as long as poisson_sample's at its own rate (the
+        # same float expression), in one (R, longest) array: the runs of a scope=model sweep
+        # each sample at their own q = B / n~
+        expected = [total * float(q) for q in rates]
+        chunks = [int(e + 6.0 * e**0.5 + 16) for e in expected]
+        log_keep = np.array([[math.log1p(-float(q))] for q in rates])  # (R, 1): the same division as by each run's scalar
+        width = max(chunks)
+        if all(isinstance(g, SecureUniforms) for g in generators):  # one CSPRNG read: run r's uniforms are block r
+            flat = SecureUniforms().random(sum(chunks))
+            U = flat.reshape(R, width) if min(chunks) == width else _padded(np.split(flat, np.cumsum(chunks)[:-1]), width)
         else:
-            U = np.stack([g.random(chunk) for g in generators]) if R else np.zeros((0, chunk))
+            U = np.stack([g.random(c) for g, c in zip(generators, chunks)]) if min(chunks) == width \
+                else _padded([g.random(c) for g, c in zip(generators, chunks)], width)
         positions = _cumulative_gaps(U, log_keep)
         positions -= 1.0
-        short = np.flatnonzero(positions[:, -1] < total)
+        ends = np.array(chunks) - 1  # each run's last drawn position
+        for r in np.flatnonzero(np.array(chunks) < width).tolist():
+            positions[r, chunks[r]:] = float(total)  # past the end: ignored
+        short = np.flatnonzero(positions[np.arange(R), ends] < total)
         if len(short) == 0:  # the usual case: one chunk per run, vectorised
             return positions
         rows = []
         for r in range(R):  # as poisson_sample: more chunks until the end is passed
-            parts, last = [positions[r]], float(positions[r, -1])
+            parts, last = [positions[r, : chunks[r]]], float(positions[r, ends[r]])
             while last < total:
-                pos = _cumulative_gaps(generators[r].random(chunk), log_keep)
+                pos = _cumulative_gaps(generators[r].random(chunks[r]), float(log_keep[r, 0]))
                 pos += last
                 parts.append(pos)
                 last = float(pos[-1])
@@ -248,7 +256,16 @@ def poisson_positions_many(
     return positions
 
 
-def _cumulative_gaps(U: np.ndarray, log_keep: float) -> np.ndarray:
+def _padded(rows: list[np.ndarray], width: int) -> np.ndarray:
+    """Rows of uniforms of different lengths in one (R, width) array, zeros after each row's
+    own (a zero's gap is 1: its positions follow the row's, and are overwritten)."""
+    U = np.zeros((len(rows), width))
+    for r, row in enumerate(rows):
+        U[r, : len(row)] = row
+    return U
+
+
+def _cumulative_gaps(U: np.ndarray, log_keep: float | np.ndarray) -> np.ndarray:
     """``cumsum(floor(log1p(-U) / log_keep) + 1)`` along the last axis, computed in ``U``'s own
     memory (a fresh array of uniforms, overwritten): the geometric gaps of
     :func:`poisson_sample` summed into positions.  The same float operations in the same order

@@ -214,16 +214,49 @@ def _standardised_group(small, name):
     _run_both(data, name, specs, scalings=scalings)
 
 
-def test_poisson_samples_of_many_runs_are_each_runs_own():
-    for n, q, count in ((2000, 0.05, 2), (50, 0.9, 2), (10, 0.05, 1)):
+# one rate for every run, or each run its own (a scope=model sweep's seeds: q = B / n~ of each)
+PER_RUN_RATES = np.array([0.05, 0.0498, 0.0503, 0.05, 0.0617, 0.0499, 0.05, 0.0362])
+
+
+@pytest.mark.parametrize("per_run", [False, True])
+def test_poisson_samples_of_many_runs_are_each_runs_own(per_run):
+    for n, q, count in ((2000, 0.05, 2), (50, 0.9, 2), (10, 0.05, 1), (2000, 1.0, 1)):
+        rates = np.minimum(q * PER_RUN_RATES / 0.05, 1.0) if per_run else q
         a = [np.random.default_rng(s) for s in range(8)]
         b = [np.random.default_rng(s) for s in range(8)]
         for _ in range(10):
-            idx, lengths = poisson_sample_many(n, q, a, count=count)
+            idx, lengths = poisson_sample_many(n, rates, a, count=count)
             for r in range(8):
-                for k, ref in enumerate(poisson_sample(n, q, b[r], count=count)):
+                for k, ref in enumerate(poisson_sample(n, float(np.broadcast_to(rates, (8,))[r]), b[r], count=count)):
                     assert np.array_equal(idx[r, k, : lengths[r, k]], ref.numpy())
                     assert (idx[r, k, lengths[r, k] :] == n).all()
+
+
+class _SmallUniforms:
+    """A sampler whose uniforms are below 0.01 for its first ``small`` draws (gaps of 1: the
+    first chunk ends before the last row, the rare case where a run draws another chunk)."""
+
+    def __init__(self, seed, small):
+        self.rng, self.small = np.random.default_rng(seed), small
+
+    def random(self, size):
+        u = self.rng.random(size)
+        if self.small > 0:
+            u[: self.small] *= 0.01
+            self.small -= size
+        return u
+
+
+@pytest.mark.parametrize("per_run", [False, True])
+def test_a_run_whose_first_chunk_ends_early_draws_as_alone(per_run):
+    n, rates = 500, PER_RUN_RATES if per_run else 0.05
+    a = [_SmallUniforms(s, 100 if s % 3 == 0 else 0) for s in range(8)]
+    b = [_SmallUniforms(s, 100 if s % 3 == 0 else 0) for s in range(8)]
+    idx, lengths = poisson_sample_many(n, rates, a, count=2)
+    for r in range(8):
+        for k, ref in enumerate(poisson_sample(n, float(np.broadcast_to(rates, (8,))[r]), b[r], count=2)):
+            assert np.array_equal(idx[r, k, : lengths[r, k]], ref.numpy())
+    assert lengths[0, 0] > 90  # (its first rows all sampled)
 
 
 @pytest.mark.parametrize("shape", [(2, 7), (2,), (3, 40), (4, 2)])
@@ -303,16 +336,18 @@ def test_secure_group_noise_has_each_runs_distribution():
 
 def test_secure_poisson_samples_of_many_runs_are_one_csprng_read(monkeypatch):
     """Secure samplers: a group's uniforms are one CSPRNG read, run r's block what its own
-    poisson_sample would read: the same samples, bit for bit."""
+    poisson_sample would read (at one rate, or each run at its own): the same samples, bit
+    for bit."""
     from raco_cli.privacy.mechanisms import SecureUniforms
 
     restart = _replayable_urandom(monkeypatch)
-    for n, q, count in ((2000, 0.05, 2), (10, 0.05, 1)):
+    for n, q, count in ((2000, 0.05, 2), (10, 0.05, 1), (2000, PER_RUN_RATES[:5], 2), (3000, PER_RUN_RATES[3:], 1)):
+        rates = np.broadcast_to(q, (5,))
         restart()
         idx, lengths = poisson_sample_many(n, q, [SecureUniforms() for _ in range(5)], count=count)
         restart()
         for r in range(5):
-            for k, ref in enumerate(poisson_sample(n, q, SecureUniforms(), count=count)):
+            for k, ref in enumerate(poisson_sample(n, float(rates[r]), SecureUniforms(), count=count)):
                 assert np.array_equal(idx[r, k, : lengths[r, k]], ref.numpy())
 
 
