@@ -289,6 +289,19 @@ def cached_epsilon(event: dpa.DpEvent, delta: float, *, discretization: float = 
     return _EPSILON_CACHE[key]
 
 
+def epsilon_cache() -> dict[tuple[str, float, float], float]:
+    """The eps :func:`cached_epsilon` holds (a copy)."""
+    return dict(_EPSILON_CACHE)
+
+
+def remember_epsilons(entries: dict[tuple[str, float, float], float]) -> None:
+    """Add eps that :func:`cached_epsilon` computed in another process (for the same trees:
+    its keys are the trees' full text)."""
+    if len(_EPSILON_CACHE) + len(entries) > 1024:
+        _EPSILON_CACHE.clear()
+    _EPSILON_CACHE.update(entries)
+
+
 def step_pld(step: dpa.DpEvent, *, discretization: float) -> pld_lib.PrivacyLossDistribution | None:
     """The PLD of one step (None when the step is non-private)."""
     acc = RacoPLDAccountant(discretization)

@@ -13,6 +13,7 @@ others go on.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 from raco_cli.errors import RacoError
 from raco_cli.run.finish import finish_run
-from raco_cli.run.prepare import prepare_run
+from raco_cli.run.prepare import Unplanned, prepare_until_plan
 from raco_cli.run.progress import FanOut, Progress, untimed_logs
 from raco_cli.run.records import (
     open_recorders,
@@ -130,24 +131,30 @@ def train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None,
 
 def _train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None, memory_gb: float,
                  on_result: OnResult) -> list[dict[str, Any] | None]:
+    # (torch and dp_accounting: imported where runs train)
+    from raco_cli.methods.planning import plan_ahead
+
     t0 = time.time()
     out: list[dict[str, Any] | None] = [None] * len(members)
     batches: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
-    for i, m in enumerate(members):
-        run_dir = Path(m["run_dir"])
+    unplanned: dict[int, Unplanned] = {}
+    for i, m in enumerate(members):  # every run up to its plan, then the plans in parallel (planning.plan_ahead)
         if m.get("alone"):  # the sweep asked for the one-run path (hydra.sweeper.in_one_job)
+            continue
+        prepared = _prepare(m, sweep_dir, functools.partial(prepare_until_plan, m["config"], shared_features=True))
+        if prepared is not None:
+            unplanned[i] = prepared
+    ahead = plan_ahead([u.request() for u in unplanned.values()])
+    if ahead:
+        log.info("%d plans computed ahead in parallel", ahead)
+    for i, m in enumerate(members):
+        if m.get("alone"):
             out[i] = _alone(m, sweep_dir, on_result)
             continue
-        try:
-            prep = prepare_run(m["config"], shared_features=True)
-        except RacoError as exc:
-            print(f"error: job {m['num']}: {exc}", file=sys.stderr)
-            record_failure_quietly(m["config"], run_dir, sweep_dir, exc)
+        if i not in unplanned:  # (failed and recorded)
             continue
-        except Exception as exc:  # noqa: BLE001 - a bug: recorded with its traceback in the log, the group goes on
-            log.exception("job %s failed", m["num"])
-            print(f"error: job {m['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
-            record_failure_quietly(m["config"], run_dir, sweep_dir, exc)
+        prep = _prepare(m, sweep_dir, unplanned[i].planned)
+        if prep is None:
             continue
         key = batch_key(prep)
         if key is None:  # e.g. an MLP or images: the one-run path (features standardised as alone)
@@ -166,6 +173,20 @@ def _train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None
                 out[i] = summary
     log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, sum(s is None for s in out))
     return out
+
+
+def _prepare(member: Mapping[str, Any], sweep_dir: Path | None, step: Callable[[], Any]) -> Any:
+    """A step of a run's preparation; None when it fails (the run is recorded FAILED, the group goes on)."""
+    try:
+        return step()
+    except RacoError as exc:
+        print(f"error: job {member['num']}: {exc}", file=sys.stderr)
+        record_failure_quietly(member["config"], Path(member["run_dir"]), sweep_dir, exc)
+    except Exception as exc:  # noqa: BLE001 - a bug: recorded with its traceback in the log, the group goes on
+        log.exception("job %s failed", member["num"])
+        print(f"error: job {member['num']} failed: {type(exc).__name__}: {exc} (traceback in the group's log)", file=sys.stderr)
+        record_failure_quietly(member["config"], Path(member["run_dir"]), sweep_dir, exc)
+    return None
 
 
 def _alone(member: Mapping[str, Any], sweep_dir: Path | None, on_result: OnResult) -> dict[str, Any] | None:

@@ -177,7 +177,8 @@ def release_inputs(spec: RunSpec, method: Any, seeds: Any, *, shared_features: b
 
 
 def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, released: Released | None = None) -> PreparedRun:
-    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4).
+    """Config -> spec -> data -> constraints -> model -> privacy plan (STYLE 1.4):
+    :func:`prepare_until_plan`, then :meth:`Unplanned.planned`.
 
     Everything here can reject a run, and nothing here touches the MLflow store.
 
@@ -192,10 +193,89 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, releas
     Raises:
         RacoError: bad config, missing or corrupted data, an unreachable budget.
     """
+    return prepare_until_plan(cfg, shared_features=shared_features, released=released).planned()
+
+
+@dataclass
+class Unplanned:
+    """A run prepared up to its privacy plan (:func:`prepare_until_plan`): what its plan reads
+    (:meth:`request`), and the rest of its preparation (:meth:`planned`).  A sweep group
+    prepares its runs to here, plans them ahead in parallel (``planning.plan_ahead``), then
+    finishes each."""
+
+    spec: RunSpec
+    resolved: dict[str, Any]
+    method: Any
+    seeds: Any
+    data: Any
+    method_spec: Any
+    constraints: Any
+    cell_rows: np.ndarray | None
+    scaling: Any
+    model: Any
+    n_train: float
+
+    @property
+    def constrained(self) -> bool:
+        return not self.constraints.is_empty
+
+    def request(self) -> Any:
+        """The inputs of the run's plan (``planning.PlanRequest``)."""
+        from raco_cli.methods.planning import PlanRequest
+
+        return PlanRequest(self.method.NAME, self.method_spec, self.n_train, self.spec.eps, self.spec.delta, self.constrained,
+                           self.spec.discretization)
+
+    def planned(self) -> PreparedRun:
+        """Plan the run (from the plan cache when planned ahead) and finish its preparation:
+        the step count check, ``method.lr_dual=auto``, the confidence margins,
+        ``method.dual=auto``.
+
+        Raises:
+            RacoError: an unreachable budget, a bad margin setting.
+        """
+        from raco_cli.methods.planning import plan
+        from raco_cli.methods.training import resolve_device
+
+        spec, method, method_spec, cons, cell_rows = self.spec, self.method, self.method_spec, self.constraints, self.cell_rows
+        constrained = self.constrained
+        pplan = plan(method, method_spec, n_train=self.n_train, eps=spec.eps, delta=spec.delta, constrained=constrained,
+                     discretization=spec.discretization)
+        log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
+        if method.PRIVATE and method_spec.steps is None and pplan.steps < FEW_STEPS:
+            log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; use "
+                        "method.batch_size=%d (about n/16) or a larger eps", pplan.steps, spec.eps, method_spec.batch_size,
+                        int(self.n_train), suggested_batch_size(self.n_train))
+        if spec.auto_lr_dual:  # method.lr_dual=auto: from the plan and the cell sizes the run may use
+            lr_dual = suggested_lr_dual(spec, method, pplan, cons, cell_rows)
+            pplan = replace(pplan, spec=replace(pplan.spec, lr_dual=lr_dual))
+            log.info("method.lr_dual=auto: %.4g", lr_dual)
+        requested, found, note = cons, None, None
+        if spec.constraint.confidence is not None and constrained and cell_rows is not None:
+            cons, found, note = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
+        if spec.auto_dual:  # method.dual=auto: the rates the margin's certificate is about (docs/methods.md)
+            dual: Literal["soft", "hard"] = "hard" if found is not None else "soft"
+            pplan = replace(pplan, spec=replace(pplan.spec, dual=dual))
+            log.info("method.dual=auto: %s%s", dual, " (a confidence margin applies: the dual reads the hard rates the test reports)"
+                     if found is not None else "")
+        return PreparedRun(
+            spec=spec, resolved=self.resolved, method=method, data=self.data, constraints=cons, constrained=constrained,
+            model=self.model, plan=pplan, device=resolve_device(spec.device), seeds=self.seeds,
+            preprocessing="dp" if self.scaling is not None else getattr(self.data, "preprocessing", "empirical"), scaling=self.scaling,
+            requested=requested, margins=found, confidence_note=note,
+        )
+
+
+def prepare_until_plan(cfg: Mapping[str, Any], *, shared_features: bool = False, released: Released | None = None) -> Unplanned:
+    """:func:`prepare_run` up to the privacy plan: config -> spec -> releases -> constraints ->
+    model -> the plan's inputs (an automatic batch size, delta from ``privacy.delta_exponent``,
+    a method's settings derived from public sizes).
+
+    Raises:
+        RacoError: bad config, missing or corrupted data.
+    """
     from raco_cli import methods, models
     from raco_cli.methods.base import Seeds
-    from raco_cli.methods.planning import plan
-    from raco_cli.methods.training import resolve_device
 
     spec = build_run_spec(cfg)
     resolved = plain_config(cfg)
@@ -205,7 +285,6 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, releas
         else released.for_trial(spec.method)
     data, method_spec, cons, cell_rows, scaling = pre.data, pre.method_spec, pre.constraints, pre.cell_rows, pre.scaling
     log.info("Constraints <%s> (constraint.name): J=%d over a global partition of Q=%d cells", spec.constraint.name, cons.J, cons.Q)
-    constrained = not cons.is_empty
     validate = getattr(method, "validate", None)
     if validate is not None:  # e.g. a constraint the method does not model: before any MLflow write
         validate(spec.method, cons, data)
@@ -228,32 +307,8 @@ def prepare_run(cfg: Mapping[str, Any], *, shared_features: bool = False, releas
     if resolve is not None:  # settings derived from public sizes, e.g. the DRO SPIDER methods' phase=auto (Theorem 7)
         dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
         method_spec = resolve(method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, dim=dim)
-    pplan = plan(
-        method, method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, constrained=constrained, discretization=spec.discretization
-    )
-    log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
-    if method.PRIVATE and method_spec.steps is None and pplan.steps < FEW_STEPS:
-        log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; use "
-                    "method.batch_size=%d (about n/16) or a larger eps", pplan.steps, spec.eps, method_spec.batch_size,
-                    int(n_train), suggested_batch_size(n_train))
-    if spec.auto_lr_dual:  # method.lr_dual=auto: from the plan and the cell sizes the run may use
-        lr_dual = suggested_lr_dual(spec, method, pplan, cons, cell_rows)
-        pplan = replace(pplan, spec=replace(pplan.spec, lr_dual=lr_dual))
-        log.info("method.lr_dual=auto: %.4g", lr_dual)
-    requested, found, note = cons, None, None
-    if spec.constraint.confidence is not None and constrained and cell_rows is not None:
-        cons, found, note = with_margins(spec, method, pplan, cons, cell_rows, released=method_spec.train_size is not None)
-    if spec.auto_dual:  # method.dual=auto: the rates the margin's certificate is about (docs/methods.md)
-        dual: Literal["soft", "hard"] = "hard" if found is not None else "soft"
-        pplan = replace(pplan, spec=replace(pplan.spec, dual=dual))
-        log.info("method.dual=auto: %s%s", dual, " (a confidence margin applies: the dual reads the hard rates the test reports)"
-                 if found is not None else "")
-    return PreparedRun(
-        spec=spec, resolved=resolved, method=method, data=data, constraints=cons, constrained=constrained,
-        model=model, plan=pplan, device=resolve_device(spec.device), seeds=seeds,
-        preprocessing="dp" if scaling is not None else getattr(data, "preprocessing", "empirical"), scaling=scaling,
-        requested=requested, margins=found, confidence_note=note,
-    )
+    return Unplanned(spec=spec, resolved=resolved, method=method, seeds=seeds, data=data, method_spec=method_spec, constraints=cons,
+                     cell_rows=cell_rows, scaling=scaling, model=model, n_train=n_train)
 
 
 FEW_STEPS = 50  # fewer planned steps than this: the run warns and suggests a batch size

@@ -134,7 +134,7 @@ def test_a_failing_run_in_one_job_is_recorded_and_the_others_train(tmp_path, mon
         return {"metrics": {}}
 
     monkeypatch.setattr(group, "train", train)
-    monkeypatch.setattr(group, "prepare_run", lambda *a, **k: pytest.fail("an in-one-job run is prepared by the one-run path"))
+    monkeypatch.setattr(group, "prepare_until_plan", lambda *a, **k: pytest.fail("an in-one-job run is prepared by the one-run path"))
     monkeypatch.setattr(records, "record_failure_quietly", lambda cfg, run_dir, sweep_dir, exc: recorded.append((cfg["seed"], str(exc))))
     members = [{"num": s, "run_dir": str(tmp_path / str(s)), "config": {"seed": s}, "alone": True} for s in range(2)]
     summaries = group.train_group(members, sweep_dir=tmp_path, memory_gb=2.0)

@@ -92,3 +92,74 @@ def test_a_seed_sweeps_plans_from_their_neighbours_equal_plans_from_scratch(monk
         scratch.append((p.steps, p.eps_planned))
     assert hinted == scratch and len({T for T, _ in scratch}) > 1
     assert max(counts[1:]) <= 3 < counts[0]
+
+
+def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatch, caplog, tmp_path):
+    """planning.plan_ahead (a sweep group's runs, each its own n~): the plans computed in forked
+    processes are the plans each run computes alone (T, eps, noise, event), each run's plan()
+    then finds its plan and logs what the plan logged, the whole-run eps is in the accountant's
+    cache (the run's finish), and a request whose budget is unreachable is left to its run,
+    which raises."""
+    from raco_cli.cli import paths
+
+    spec = MethodSpec(name="raco_dp", batch_size=200, max_steps=60, noise_multiplier=3.0, hist_noise_multiplier=12.0, size_noise=50.0)
+    sizes = (5012, 4987, 5040, 4950, 5003, 4999, 5020, 4975)
+    requests = [planning.PlanRequest("raco_dp", replace(spec, train_size=n), n, 1.0, 1e-5, True, 1e-3) for n in sizes]
+    impossible = planning.PlanRequest("raco_dp", replace(spec, train_size=10.0), 10.0, 1e-3, 1e-5, True, 1e-3)
+
+    def alone(r):
+        planning._CACHE.clear()
+        planning._STEPS_HINTS.clear()
+        with caplog.at_level(logging.INFO, logger="raco_cli.methods.planning"):
+            caplog.clear()
+            p = planning.plan(raco_dp, r.spec, n_train=r.n_train, eps=r.eps, delta=r.delta, constrained=True, discretization=1e-3)
+            return p, [rec.getMessage() for rec in caplog.records]
+
+    want = [alone(r) for r in requests]
+    assert any(lines for _, lines in want)  # (max_steps caps T: each plan logs its budget use)
+    planning._CACHE.clear()
+    planning._STEPS_HINTS.clear()
+    accountant._EPSILON_CACHE.clear()
+    monkeypatch.setattr(paths, "cpu_count", lambda: 3)
+    monkeypatch.setattr(planning, "PLANS_PER_PROCESS", 2)
+    group_log = logging.FileHandler(tmp_path / "group.log")  # as the group's Hydra log: inherited by the forks
+    logging.getLogger().addHandler(group_log)
+    try:
+        with caplog.at_level(logging.INFO, logger="raco_cli.methods.planning"):  # (the processes log at the level of the fork)
+            assert planning.plan_ahead([*requests, impossible]) == len(requests)
+    finally:
+        logging.getLogger().removeHandler(group_log)
+        group_log.close()
+    assert (tmp_path / "group.log").read_text() == ""  # the processes log nothing themselves: each run replays its plan's lines
+    for r, (p_alone, lines) in zip(requests, want):
+        assert accountant.epsilon_cache()[(repr(p_alone.event), 1e-5, 1e-3)] == p_alone.eps_planned
+        with caplog.at_level(logging.INFO, logger="raco_cli.methods.planning"):
+            caplog.clear()
+            p = planning.plan(raco_dp, r.spec, n_train=r.n_train, eps=r.eps, delta=r.delta, constrained=True, discretization=1e-3)
+            assert [rec.getMessage() for rec in caplog.records] == lines
+        assert (p.steps, p.eps_planned, p.spec, repr(p.event)) == (p_alone.steps, p_alone.eps_planned, p_alone.spec, repr(p_alone.event))
+    with pytest.raises(accountant.PrivacyBudgetError):
+        planning.plan(raco_dp, impossible.spec, n_train=10.0, eps=1e-3, delta=1e-5, constrained=True, discretization=1e-3)
+    monkeypatch.setattr(paths, "cpu_count", lambda: 1)  # one core: nothing ahead
+    planning._CACHE.clear()
+    assert planning.plan_ahead(requests) == 0
+
+
+def test_plans_ahead_that_fail_cost_only_time(monkeypatch, caplog):
+    """A failure of the parallel planning itself (a process that dies, a request that cannot be
+    sent) is one warning line: the runs then plan one by one, as without it."""
+    from raco_cli.cli import paths
+
+    def broken(requests):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(paths, "cpu_count", lambda: 2)
+    monkeypatch.setattr(planning, "_plan_slice", broken)
+    spec = MethodSpec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
+    requests = [planning.PlanRequest("dp_sgd", spec, n, 2.0, 1e-5, False, 1e-3) for n in range(5000, 5008)]
+    planning._CACHE.clear()
+    with caplog.at_level(logging.WARNING, logger="raco_cli.methods.planning"):
+        assert planning.plan_ahead(requests) == 0
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["planning 8 runs in 2 processes failed"]
+    p = planning.plan(dp_sgd, spec, n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
+    assert p.steps == 20
