@@ -69,26 +69,30 @@ def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["raco_dp", "dp_fermi"])
-def test_seeds_of_a_planned_scope_model_sweep_train_together_as_each_alone(tmp_path, method):
-    """privacy.scope=model, T planned from each seed's released n~ (RaCO-DP: T 79, 84, 79, 88):
-    the runs within MIXED_STEPS_SPREAD of the smallest T train as one group to its largest T
-    (RaCO-DP: the last alone), and every summary equals the ungrouped sweep's (1e-6)."""
+@pytest.mark.parametrize("method, seeds", [("raco_dp", 8), ("dp_fermi", 4)])
+def test_seeds_of_a_planned_scope_model_sweep_train_together_as_each_alone(tmp_path, method, seeds):
+    """privacy.scope=model, T planned from each seed's released n~ (RaCO-DP: T 79-88): the runs
+    within MIXED_STEPS_SPREAD of the smallest T train as one group to its largest T, and every
+    summary equals the ungrouped sweep's (1e-6).  With 8 seeds on 2 cores or more the group
+    plans its runs in parallel (planning.plan_ahead)."""
+    from raco_cli.cli.paths import cpu_count
+    from raco_cli.methods.planning import PLANS_PER_PROCESS
     from raco_cli.run.group import MIXED_STEPS_SPREAD
 
     out = {}
     for group in ("true", "false"):
         sweep = tmp_path / f"sweep_{group}"
         res = raco("train", "--multirun", "dataset=synthetic", f"method={method}", "method.batch_size=200", "method.eval_every=10",
-                   "seed=0,1,2,3", "privacy.secure_rng=false", "constraint.confidence=null", f"hydra.sweeper.group={group}",
+                   f"seed=range(0,{seeds})", "privacy.secure_rng=false", "constraint.confidence=null", f"hydra.sweeper.group={group}",
                    f"tracking.uri=sqlite:///{tmp_path / (group + '.db')}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
         assert res.returncode == 0, res.stderr
-        out[group] = {n: json.loads((sweep / str(n) / "summary.json").read_text()) for n in range(4)}
+        out[group] = {n: json.loads((sweep / str(n) / "summary.json").read_text()) for n in range(seeds)}
     logs = "".join(p.read_text() for p in (tmp_path / "sweep_true" / "groups").rglob("*.log"))
     steps = sorted(s["steps"] for s in out["true"].values())
     together = [T for T in steps if T <= MIXED_STEPS_SPREAD * steps[0]]
     assert len(set(together)) > 1 and f"{len(together)} runs trained together (T {together[0]}-{together[-1]})" in logs, (steps, logs)
-    for n in range(4):
+    assert ("plans computed ahead in parallel" in logs) == (min(cpu_count(), seeds // PLANS_PER_PROCESS) >= 2), logs
+    for n in range(seeds):
         grouped, alone = out["true"][n], out["false"][n]
         alone.pop("mlflow"), grouped.pop("mlflow")
         _close(alone, grouped)
