@@ -399,7 +399,7 @@ def largest_within(
             fits(start)
             steps_left = (target - seen[start]) / slope
             if math.isfinite(steps_left):
-                start = clamped(start + max(min(math.floor(steps_left), limit), -limit))
+                start = clamped(start + math.floor(steps_left))
         if fits(start):  # gallop up to the first T past the target
             lo = start
             while True:

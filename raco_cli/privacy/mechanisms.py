@@ -226,15 +226,13 @@ def poisson_positions_many(
         log_keep = np.array([[math.log1p(-float(q))] for q in rates])  # (R, 1): the same division as by each run's scalar
         width = max(chunks)
         if all(isinstance(g, SecureUniforms) for g in generators):  # one CSPRNG read: run r's uniforms are block r
-            flat = SecureUniforms().random(sum(chunks))
-            U = flat.reshape(R, width) if min(chunks) == width else _padded(np.split(flat, np.cumsum(chunks)[:-1]), width)
+            draws = np.split(SecureUniforms().random(sum(chunks)), np.cumsum(chunks)[:-1])
         else:
-            U = np.stack([g.random(c) for g, c in zip(generators, chunks)]) if min(chunks) == width \
-                else _padded([g.random(c) for g, c in zip(generators, chunks)], width)
-        positions = _cumulative_gaps(U, log_keep)
+            draws = [g.random(c) for g, c in zip(generators, chunks)]
+        positions = _cumulative_gaps(_padded(draws, width), log_keep)
         positions -= 1.0
         ends = np.array(chunks) - 1  # each run's last drawn position
-        for r in np.flatnonzero(np.array(chunks) < width).tolist():
+        for r in np.flatnonzero(ends < width - 1).tolist():
             positions[r, chunks[r]:] = float(total)  # past the end: ignored
         short = np.flatnonzero(positions[np.arange(R), ends] < total)
         if len(short) == 0:  # the usual case: one chunk per run, vectorised

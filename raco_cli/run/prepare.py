@@ -12,11 +12,14 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from raco_cli.run.spec import RunSpec, build_run_spec, plain_config
+
+if TYPE_CHECKING:  # (planning imports torch and dp_accounting: at run time only where a run plans)
+    from raco_cli.methods.planning import PlanRequest
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +222,8 @@ class Unplanned:
     def constrained(self) -> bool:
         return not self.constraints.is_empty
 
-    def request(self) -> Any:
-        """The inputs of the run's plan (``planning.PlanRequest``)."""
+    def request(self) -> PlanRequest:
+        """The inputs of the run's plan."""
         from raco_cli.methods.planning import PlanRequest
 
         return PlanRequest(self.method.NAME, self.method_spec, self.n_train, self.spec.eps, self.spec.delta, self.constrained,
