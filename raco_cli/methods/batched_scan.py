@@ -9,7 +9,7 @@ inverted (for each row, which runs sampled it, as histogram or gradient row) and
 read once, in order, per pass:
 
 1. :meth:`Scan.logits`: every entry's logits (the dot products), an entry being one (run,
-   sample, row) of the step;
+   sample, row) of the step; for two classes the margin alone (:func:`_margins`);
 2. between the passes, vectorised in numpy: every entry's softmax and tempered softmax
    (numpy's SIMD exp; a scalar exp per entry inside the kernels was a third of the step), and
    (constrained runs, :meth:`Scan.histograms`) each histogram row's tempered softmax, or its
@@ -33,7 +33,7 @@ numba compiles the kernels on first use (a few seconds, then cached in ``__pycac
 module, and numba with it, is imported only when a group trains on the CPU
 (:func:`raco_cli.methods.sgda.batched.run_core`, :func:`raco_cli.methods.dp_fermi.fit_many`):
 ``raco --help`` and the one-run path never import it.  Per-run DP standardisation
-(scope=model) is applied per entry as the row is read (:func:`_standardized`); groups on an
+(scope=model) is applied per entry once a step (:func:`_standardized_entries`); groups on an
 accelerator keep the torch path (:func:`raco_cli.methods.batched.compiled_scan_applies`).
 """
 
@@ -44,6 +44,7 @@ import torch
 from numba import njit
 
 from raco_cli.methods.batched import GroupRows, GroupSum
+from raco_cli.privacy.preprocessing import unit_columns
 
 _FASTMATH = {"reassoc", "contract"}  # vectorised dot products; no nnan / ninf
 
@@ -64,7 +65,7 @@ class Scan:
         self.cell = np.full(len(cells), -1, dtype=np.int64)
         if self.Q:
             self.cell = np.where(cells.any(axis=1), cells.argmax(axis=1), -1).astype(np.int64)
-        self.order = self.starts = self.entries = np.empty(0, dtype=np.int64)
+        self.order = self.starts = self.mids = self.entries = np.empty(0, dtype=np.int64)
         self.Z = np.empty((self.K, 0), dtype=np.float32)  # (K, entries): each entry's logits, class-major
         self.pt: np.ndarray | None = None  # the entries' tempered softmax, set by histograms()
         self.p: np.ndarray | None = None  # the entries' softmax, set by clipped_sums()
@@ -75,6 +76,11 @@ class Scan:
         self.m = rows.m
         self.mean = rows.mean[:, 0, :].astype(np.float64) if rows.m else np.zeros((R, 0))
         self.std = rows.std[:, 0, :].astype(np.float64) if rows.m else np.ones((R, 0))
+        # the run-independent part u of every row, once (as standardize_columns computes it), and each entry's standardised columns and norm,
+        # written by pass 1 and read by pass 2 (a gradient row is standardised once a step)
+        self.U = unit_columns(self.P[:, : self.m])
+        self.XS = np.empty((0, self.m), dtype=np.float32)
+        self.norms = np.empty(0, dtype=np.float32)
 
     def sample(self, positions: np.ndarray, *, count: int, shared: bool = False) -> np.ndarray:
         """The step's samples, as :func:`raco_cli.privacy.mechanisms.poisson_positions_many`
@@ -82,16 +88,25 @@ class Scan:
         gradient sample alone, also the histogram's under ``shared``); returns the (R, count)
         sample sizes."""
         self.shared = shared
-        self.order, self.starts, self.entries, lengths, self.width = _invert(positions, self.n, count)
+        self.order, self.starts, self.mids, self.entries, lengths, self.width = _invert(positions, self.n, count)
         if self.Z.shape[1] < len(self.entries):
-            self.Z = np.empty((self.K, len(self.entries) + len(self.entries) // 8), dtype=np.float32)
+            size = len(self.entries) + len(self.entries) // 8
+            self.Z = np.empty((self.K, size), dtype=np.float32)
+            self.XS, self.norms = np.empty((size, self.m), dtype=np.float32), np.empty(size if self.m else 0, dtype=np.float32)
         self.pt = self.p = None
         return lengths
 
     def logits(self, W: torch.Tensor, b: torch.Tensor) -> None:
         """Every entry's logits under its run's parameters (pass 1: the dot products)."""
-        _logits(self.P, self.order, self.starts, self.entries, self.width, W.numpy(), b.numpy(), self.d, self.K, self.m, self.mean,
-                self.std, self.Z)
+        if self.m:
+            _standardized_entries(self.P, self.U, self.order, self.starts, self.entries, self.width, self.d, self.K, self.m, self.mean,
+                                  self.std, self.XS, self.norms)
+        Wn, bn = W.numpy(), b.numpy()
+        if self.K == 2:  # binary: the margin alone (the softmax is shift-invariant), half the products
+            _margins(self.P, self.order, self.starts, self.entries, self.width, Wn[:, 1] - Wn[:, 0], bn[:, 1] - bn[:, 0], self.d, self.m,
+                     self.XS, self.Z)
+        else:
+            _logits(self.P, self.order, self.starts, self.entries, self.width, Wn, bn, self.d, self.K, self.m, self.XS, self.Z)
 
     def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray, *, hard: bool = False) -> torch.Tensor:
         """Exact histograms (R, Q, K) float64 of the histogram rows under each run's tempered
@@ -100,7 +115,7 @@ class Scan:
         self.logits(W, b)
         self.pt = self._softmax(temperature)
         H = np.zeros((self.R, self.Q, self.K))
-        _histograms(self.cell, self.order, self.starts, self.entries, self.width, self._onehots() if hard else self.pt, self.K, H,
+        _histograms(self.cell, self.order, self.starts, self.mids, self.entries, self.width, self._onehots() if hard else self.pt, self.K, H,
                     self.shared)
         return torch.from_numpy(H)
 
@@ -137,12 +152,19 @@ class Scan:
         clipped, nonfinite = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
         norm_sum = np.zeros(R)
         _clipped_sums(
-            self.P, self.cell, self.order, self.starts, self.entries, self.width, p, pt,
+            self.P, self.cell, self.order, self.mids, self.starts, self.entries, self.width, p, pt,
             np.zeros((R, self.Q, K), dtype=np.float32) if weights is None else weights.astype(np.float32), weights is not None,
             reg_temp.astype(np.float32),
             np.ones(R, dtype=np.float32) if clip is None else clip.astype(np.float32), clip is not None,
-            self.d, self.K, self.m, self.mean, self.std, GW, Gb, clipped, norm_sum, nonfinite,
+            self.d, self.K, self.m, self.XS, self.norms, GW, Gb, clipped, norm_sum, nonfinite,
         )
+        if K == 2:
+            # a binary row's logit gradient is (-a, a): p and pt sum to 1 and e_y is one-hot, so
+            # p - e_y = (-(p_1 - y_1), p_1 - y_1) and the regularizer's pt * (c - <c, pt>) =
+            # pt_0 pt_1 (c_0 - c_1, c_1 - c_0) (eq. 10); its clipped outer products sum to
+            # (-S, S), and the kernel adds class 1's S alone (half the products)
+            np.negative(GW[:, 1], out=GW[:, 0])
+            np.negative(Gb[:, 1], out=Gb[:, 0])
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
 
@@ -156,7 +178,7 @@ class Scan:
             raise RuntimeError("w_clipped_sums reads the softmax of clipped_sums: call it first")
         by_group, total = np.zeros(dist.shape, dtype=np.float32), np.zeros((self.R, dist.shape[2]), dtype=np.float32)
         clipped = np.zeros(self.R, dtype=np.int64)
-        _w_sums(self.cell, self.order, self.starts, self.entries, self.width, self.p, dist.numpy(), clip_w.astype(np.float32),
+        _w_sums(self.cell, self.order, self.mids, self.starts, self.entries, self.width, self.p, dist.numpy(), clip_w.astype(np.float32),
                 by_group, total, clipped)
         return torch.from_numpy(by_group), torch.from_numpy(total), torch.from_numpy(clipped)
 
@@ -181,11 +203,15 @@ def _invert(positions, n, count):
     """Counting sort of every (run, kind, slot) by its row, read from the runs' sampled
     positions (R, W) over ``count * n`` virtual rows (the k-th sample of run r at ``k * n + i``,
     increasing, then past the end): ``order``, the sampled rows in increasing order, ``starts``
-    (n + 1,) and ``entries`` (row i's entries are ``entries[starts[i]:starts[i + 1]]``, runs in
-    increasing order), the sample sizes (R, count) and the bits of a slot."""
+    (n + 1,), ``mids`` (n,) and ``entries``: row i's histogram entries are
+    ``entries[starts[i]:mids[i]]`` and its gradient entries ``entries[mids[i]:starts[i + 1]]``,
+    runs in increasing order in each (a pass reads only its own kind: no branch on the kind,
+    which the CPU mispredicted on every other entry); the sample sizes (R, count) and the bits
+    of a slot."""
     R, total = positions.shape[0], count * n
     lengths = np.zeros((R, count), dtype=np.int64)
     starts = np.zeros(n + 1, dtype=np.int64)
+    hist = np.zeros(n, dtype=np.int64)  # each row's histogram entries
     for r in range(R):
         for j in range(positions.shape[1]):
             if positions[r, j] >= total:  # increasing: the rest is past the end too
@@ -193,6 +219,8 @@ def _invert(positions, n, count):
             i, k = _row_and_sample(positions[r, j], n)
             lengths[r, k] += 1
             starts[i + 1] += 1
+            if count == 2 and k == 0:
+                hist[i] += 1
     longest, width = max(lengths.max(), 1), 0
     while longest > 0:
         width += 1
@@ -210,7 +238,9 @@ def _invert(positions, n, count):
             order[sampled] = i
             sampled += 1
     entries = np.empty(starts[n], dtype=np.int64)
-    fill = starts[:n].copy()
+    fill = starts[:n].copy()  # the next histogram entry of each row
+    mids = starts[:n] + hist
+    fill_gradient = mids.copy()  # the next gradient entry
     for r in range(R):
         slot = np.zeros(count, dtype=np.int64)
         for j in range(positions.shape[1]):
@@ -218,100 +248,115 @@ def _invert(positions, n, count):
                 break
             i, k = _row_and_sample(positions[r, j], n)
             kind = k if count == 2 else 1  # one sample: the gradient rows
-            entries[fill[i]] = ((r * 2 + kind) << width) | slot[k]
-            fill[i] += 1
+            code = ((r * 2 + kind) << width) | slot[k]
+            if kind == 0:
+                entries[fill[i]] = code
+                fill[i] += 1
+            else:
+                entries[fill_gradient[i]] = code
+                fill_gradient[i] += 1
             slot[k] += 1
-    return order, starts, entries, lengths, width
+    return order, starts, mids, entries, lengths, width
 
 
 @njit(cache=True)
-def _standardized(P, i, r, d, K, m, mean, std, xs):
-    """Row i's first m columns as run r standardises them, into ``xs`` (m,):
-    :func:`raco_cli.privacy.preprocessing.standardize_columns` (``u = (x + 1) / 2`` clipped to
-    [0, 1], ``(u - mean) / std`` in float64, rounded to float32), zeros for a neutralised row
-    (infinite norm), as ``GroupRows.gather`` writes them.  Returns the row's norm
-    ``sqrt(|rest|^2 + |xs|^2 + 1)`` (the packed norm column holds ``|rest|^2`` when m > 0).
-    Compiled without fastmath: the same float operations as numpy's, so the same bits."""
-    if not np.isfinite(P[i, d + K]):
-        for j in range(m):
-            xs[j] = np.float32(0.0)
-        return P[i, d + K]
-    for j in range(m):  # (no reduction in this loop: LLVM may vectorise its divisions)
-        u = min(max((np.float64(P[i, j]) + 1.0) / 2.0, 0.0), 1.0)
-        xs[j] = np.float32((u - mean[r, j]) / std[r, j])
-    sq = np.float32(0.0)
-    for j in range(m):
-        sq += xs[j] * xs[j]
-    return np.sqrt(P[i, d + K] + sq + np.float32(1.0))
+def _standardized_entries(P, U, order, starts, entries, width, d, K, m, mean, std, XS, norms):
+    """Every entry's first m columns as its run standardises them, ``XS[t]`` (m,):
+    :func:`raco_cli.privacy.preprocessing.standardize_columns` (``(u - mean) / std`` of the
+    row's ``u = U[i]`` in float64, rounded to float32), zeros for a neutralised row (infinite
+    norm), as ``GroupRows.gather`` writes them; and its norm ``norms[t]``,
+    ``sqrt(|rest|^2 + |XS[t]|^2 + 1)`` (the packed norm column holds ``|rest|^2`` when m > 0),
+    the neutralised row's infinite norm as it is.  Compiled without fastmath: the same float
+    operations as numpy's, so the same bits."""
+    for i in order:
+        finite = np.isfinite(P[i, d + K])
+        for t in range(starts[i], starts[i + 1]):
+            if not finite:
+                for j in range(m):
+                    XS[t, j] = np.float32(0.0)
+                norms[t] = P[i, d + K]
+                continue
+            r = entries[t] >> (width + 1)
+            for j in range(m):  # (no reduction in this loop: LLVM may vectorise its divisions)
+                XS[t, j] = np.float32((U[i, j] - mean[r, j]) / std[r, j])
+            sq = np.float32(0.0)
+            for j in range(m):
+                sq += XS[t, j] * XS[t, j]
+            norms[t] = np.sqrt(P[i, d + K] + sq + np.float32(1.0))
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _logits(P, order, starts, entries, width, W, b, d, K, m, mean, std, Z):
+def _logits(P, order, starts, entries, width, W, b, d, K, m, XS, Z):
     """Pass 1: ``Z[:, t]``, entry t's logits under its run's (W, b), reading each row once
-    (its first m columns standardised by the entry's run, :func:`_standardized`, when m > 0)."""
-    xs = np.zeros(max(m, 1), dtype=np.float32)
+    (its first m columns as the entry's run standardised them, ``XS[t]``
+    (:func:`_standardized_entries`), when m > 0)."""
     for i in order:
         for t in range(starts[i], starts[i + 1]):
             r = entries[t] >> (width + 1)
-            if m:
-                _standardized(P, i, r, d, K, m, mean, std, xs)
+            xs = XS[t]
             x = P[i, m:d]  # the columns read as they are: slices and a loop from 0, which LLVM
             # vectorises (a loop over range(m, d) it did not: the pass took 6x as long)
-            if K == 2:  # both classes in one pass over the row (most tables are binary)
-                z0, z1 = b[r, 0], b[r, 1]
+            for k in range(K):
+                acc = b[r, k]
                 for j in range(m):
-                    z0 += W[r, 0, j] * xs[j]
-                    z1 += W[r, 1, j] * xs[j]
-                w0, w1 = W[r, 0, m:d], W[r, 1, m:d]
+                    acc += W[r, k, j] * xs[j]
+                w = W[r, k, m:d]
                 for j in range(d - m):
-                    z0 += w0[j] * x[j]
-                    z1 += w1[j] * x[j]
-                Z[0, t], Z[1, t] = z0, z1
-            else:
-                for k in range(K):
-                    acc = b[r, k]
-                    for j in range(m):
-                        acc += W[r, k, j] * xs[j]
-                    w = W[r, k, m:d]
-                    for j in range(d - m):
-                        acc += w[j] * x[j]
-                    Z[k, t] = acc
+                    acc += w[j] * x[j]
+                Z[k, t] = acc
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _margins(P, order, starts, entries, width, Wm, bm, d, m, XS, Z):
+    """Pass 1 of a binary task: ``Z[:, t] = (0, z_1 - z_0)``, entry t's logits shifted by
+    ``-z_0``, one dot product with ``Wm = W[:, 1] - W[:, 0]`` (``bm`` likewise) instead of two.
+    The softmax, tempered or not, is shift-invariant and the arg-max one-hot keeps its first
+    maximal class, so the rates are the logits' (to float32 rounding); a non-finite margin
+    gives NaN rates, as non-finite logits do."""
+    for i in order:
+        for t in range(starts[i], starts[i + 1]):
+            r = entries[t] >> (width + 1)
+            xs = XS[t]
+            x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
+            z = bm[r]
+            for j in range(m):
+                z += Wm[r, j] * xs[j]
+            w = Wm[r, m:d]
+            for j in range(d - m):
+                z += w[j] * x[j]
+            Z[0, t], Z[1, t] = np.float32(0.0), z
 
 
 @njit(cache=True)
-def _histograms(cell, order, starts, entries, width, pt, K, H, shared):
+def _histograms(cell, order, starts, mids, entries, width, pt, K, H, shared):
     """Each histogram row's tempered softmax ``pt[:, t]`` added to its run's histogram at the
-    row's cell (paper eq. 8); a non-finite rate counts 0 (core._histogram)."""
+    row's cell (paper eq. 8); a non-finite rate counts 0 (core._histogram).  ``shared``: the
+    gradient rows are the histogram's."""
     for i in order:
         q = cell[i]
         if q < 0:
             continue
-        for t in range(starts[i], starts[i + 1]):
-            rs = entries[t] >> width
-            if (rs & 1) == 0 or shared:
-                r = rs >> 1
-                for k in range(K):
-                    v = pt[k, t]
-                    if np.isfinite(v):
-                        H[r, q, k] += v
+        lo, hi = (mids[i], starts[i + 1]) if shared else (starts[i], mids[i])
+        for t in range(lo, hi):
+            r = entries[t] >> (width + 1)
+            for k in range(K):
+                v = pt[k, t]
+                if np.isfinite(v):
+                    H[r, q, k] += v
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, K, m, mean, std,
+def _clipped_sums(P, cell, order, mids, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, K, m, XS, norms,
                   GW, Gb, clipped, norm_sum, nonfinite):
     """Pass 2: each gradient row's logit gradient ``p - e_y`` plus the regularizer's term
     (eq. 10) from the entries' softmax ``p`` and tempered softmax ``pt``, its norm, clip
-    factor and contribution to its run's sums (the row's first m columns standardised by the
-    entry's run when m > 0, :func:`_standardized`)."""
+    factor and contribution to its run's sums (the row's first m columns and norm as the
+    entry's run standardised them, ``XS[t]`` and ``norms[t]``, when m > 0)."""
     g = np.empty(K, dtype=np.float32)
-    xs = np.zeros(max(m, 1), dtype=np.float32)
     for i in order:
         q = cell[i]
-        for t in range(starts[i], starts[i + 1]):
-            rs = entries[t] >> width
-            r, s = rs >> 1, rs & 1
-            if s == 0:
-                continue
+        for t in range(mids[i], starts[i + 1]):  # the gradient entries
+            r = entries[t] >> (width + 1)
             for k in range(K):
                 g[k] = p[k, t] - P[i, d + k]  # p - e_y
             if regularized and q >= 0:  # the row's cell weights c = weights[r, q] (none: c = 0)
@@ -320,7 +365,8 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
                     inner += weights[r, q, k] * pt[k, t]
                 for k in range(K):
                     g[k] = g[k] + reg_temp[r] * pt[k, t] * (weights[r, q, k] - inner)
-            xnorm = _standardized(P, i, r, d, K, m, mean, std, xs) if m else P[i, d + K]
+            xs = XS[t]
+            xnorm = norms[t] if m else P[i, d + K]
             sq = np.float32(0.0)
             for k in range(K):
                 sq += g[k] * g[k]
@@ -333,16 +379,13 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
             norm_sum[r] += norm
             f = min(np.float32(1.0), clip[r] / (norm + np.float32(1e-12))) if clipping else np.float32(1.0)
             x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
-            if K == 2:
-                f0, f1 = g[0] * f, g[1] * f
-                Gb[r, 0] += f0
+            if K == 2:  # class 1's sums alone: class 0's are their negation (Scan.clipped_sums)
+                f1 = g[1] * f
                 Gb[r, 1] += f1
                 for j in range(m):
-                    GW[r, 0, j] += f0 * xs[j]
                     GW[r, 1, j] += f1 * xs[j]
-                a0, a1 = GW[r, 0, m:d], GW[r, 1, m:d]
+                a1 = GW[r, 1, m:d]
                 for j in range(d - m):
-                    a0[j] += f0 * x[j]
                     a1[j] += f1 * x[j]
             else:
                 for k in range(K):
@@ -356,18 +399,15 @@ def _clipped_sums(P, cell, order, starts, entries, width, p, pt, weights, regula
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def _w_sums(cell, order, starts, entries, width, p, dist, clip_w, by_group, row_sum, clipped):
+def _w_sums(cell, order, mids, starts, entries, width, p, dist, clip_w, by_group, row_sum, clipped):
     """DP-FERMI's W-player terms of each gradient row: ``F = p[:, t]`` (rows with a non-finite
     F add nothing), its norm ``2 sqrt(sum_l F_l^2 dist[r, g, l])``, clip factor
     ``min(1, C_w / norm)``, and the clipped F added to its group's sum and to the run's total."""
     K = p.shape[0]
     for i in order:
         q = cell[i]
-        for t in range(starts[i], starts[i + 1]):
-            rs = entries[t] >> width
-            r, s = rs >> 1, rs & 1
-            if s == 0:
-                continue
+        for t in range(mids[i], starts[i + 1]):  # the gradient entries, the W player's rows
+            r = entries[t] >> (width + 1)
             finite = True
             for k in range(K):
                 if not np.isfinite(p[k, t]):

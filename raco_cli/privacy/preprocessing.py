@@ -100,13 +100,14 @@ def dp_scaling(data: TabularData, *, noise_multiplier: float, source: NoiseSourc
     R copies of the features.  ``size``: the run's public training size (None: the exact n)."""
     m = numeric_features(data)
     train = np.asarray(data.splits["train"])
-    train_u = _unit(np.asarray(data.rows(train))[:, :m])
+    train_u = unit_columns(np.asarray(data.rows(train))[:, :m])
     noisy = releases.release("preprocessing", lambda: noisy_moments(train_u, noise_multiplier, source))
     return moments_to_scaling(np.asarray(noisy), len(train) if size is None else size, noise_multiplier)
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    # clip: float32 rounding of the public map
+def unit_columns(x: np.ndarray) -> np.ndarray:
+    """``u = (x + 1) / 2`` of publicly scaled columns, in float64, clipped to [0, 1] (the
+    float32 rounding of the public map can step past its edges)."""
     return np.clip((np.asarray(x, dtype=np.float32).astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
 
 
@@ -118,7 +119,7 @@ def standardize_columns(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.
     >>> standardize_columns(np.array([[0.0]], dtype=np.float32), np.array([0.25]), np.array([0.5])).tolist()
     [[0.5]]
     """
-    return ((_unit(x) - mean) / std).astype(np.float32)
+    return ((unit_columns(x) - mean) / std).astype(np.float32)
 
 
 def scale_rows(X: np.ndarray, mean: np.ndarray, std: np.ndarray, missing: np.ndarray | None = None) -> np.ndarray:

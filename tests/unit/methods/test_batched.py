@@ -171,36 +171,41 @@ def test_per_run_dp_standardisation_is_applied_on_the_fly(small, name):
 @pytest.mark.parametrize("name", ["raco_dp", "dp_fermi"])
 def test_per_run_dp_standardisation_on_the_compiled_pass(small, name, compiled_pass):
     """The compiled pass standardises a row's numeric columns for each run as it reads it
-    (batched_scan._standardized), the neutralised row (a NaN feature) included: each run
+    (batched_scan._standardized_entries), the neutralised row (a NaN feature) included: each run
     equals the run alone on its own standardised copy of X (1e-6)."""
     _standardised_group(small, name)
     assert len(compiled_pass) == STEPS
 
 
 def test_the_compiled_pass_standardises_bit_for_bit():
-    """batched_scan._standardized writes what standardize_columns does, bit for bit (the
-    public map's edges and values rounded past them included), and the row norm of the
-    gathered rows; zeros and an infinite norm for a neutralised row."""
-    from raco_cli.methods.batched_scan import _standardized
-    from raco_cli.privacy.preprocessing import standardize_columns
+    """batched_scan._standardized_entries writes what standardize_columns does, bit for bit
+    (the public map's edges and values rounded past them included), for every entry of every
+    run, and the row norm of the gathered rows; zeros and an infinite norm for a neutralised
+    row."""
+    from raco_cli.methods.batched_scan import _standardized_entries
+    from raco_cli.privacy.preprocessing import standardize_columns, unit_columns
 
     rng = np.random.default_rng(0)
-    m, d, K = 5, 9, 2
-    P = rng.uniform(-1.0, 1.0, size=(50, d + K + 1)).astype(np.float32)
+    m, d, K, R, n = 5, 9, 2, 3, 50
+    P = rng.uniform(-1.0, 1.0, size=(n, d + K + 1)).astype(np.float32)
     P[0, :m] = [-1.0, 1.0, np.nextafter(np.float32(1.0), np.float32(2.0)), 0.0, np.float32(-1.0000001)]
     P[:, d + K] = (P[:, m:d] ** 2).sum(axis=1)  # |rest|^2, as GroupRows packs it when m > 0
     P[7, d + K] = np.inf  # neutralised
-    mean, std = rng.uniform(0.2, 0.8, size=(3, m)), rng.uniform(0.05, 0.5, size=(3, m))
-    xs = np.zeros(m, dtype=np.float32)
-    for r in range(3):
+    mean, std = rng.uniform(0.2, 0.8, size=(R, m)), rng.uniform(0.05, 0.5, size=(R, m))
+    # every row sampled by every run (histogram entries of runs 0..R-1, slot bits width 1)
+    order, starts = np.arange(n), np.arange(0, R * n + 1, R)
+    entries, width = np.tile((2 * np.arange(R)) << 1, n), 1
+    XS, norms = np.full((R * n, m), np.nan, dtype=np.float32), np.full(R * n, np.nan, dtype=np.float32)
+    _standardized_entries(P, unit_columns(P[:, :m]), order, starts, entries, width, d, K, m, mean, std, XS, norms)
+    for r in range(R):
         want = standardize_columns(P[:, :m], mean[r], std[r])
-        for i in range(len(P)):
-            norm = _standardized(P, i, r, d, K, m, mean, std, xs)
+        for i in range(n):
+            t = i * R + r
             if i == 7:
-                assert (xs == 0).all() and np.isinf(norm)
+                assert (XS[t] == 0).all() and np.isinf(norms[t])
                 continue
-            assert np.array_equal(xs, want[i])
-            assert norm == pytest.approx(np.sqrt(P[i, d + K] + (want[i].astype(np.float64) ** 2).sum() + 1.0), rel=1e-6)
+            assert np.array_equal(XS[t], want[i])
+            assert norms[t] == pytest.approx(np.sqrt(P[i, d + K] + (want[i].astype(np.float64) ** 2).sum() + 1.0), rel=1e-6)
 
 
 def _standardised_group(small, name):
