@@ -438,6 +438,17 @@ def test_a_run_in_a_group_on_the_compiled_pass_equals_the_run_alone(small, name,
     assert len(compiled_pass) == STEPS
 
 
+@pytest.mark.parametrize("name, kw", [("raco_dp", {}), ("raco_dp", {"dual": "hard"}), ("dp_sgd", {})])
+def test_three_classes_on_the_compiled_pass_equal_each_run_alone(name, kw, compiled_pass):
+    """K = 3: the pass's general kernels (every class's logits, every class's sums; binary
+    tasks take the margin and class 1's sums instead): each run equals the run alone (1e-6)."""
+    from raco_cli.data import synthetic
+
+    data = synthetic.load(n=1200, n_features=6, n_classes=3, seed=0)
+    _run_both(data, name, _specs(name, **kw))
+    assert len(compiled_pass) == STEPS
+
+
 @pytest.mark.parametrize("name, kw", [("raco_dp", {"scope": "model"}), ("raco_dp", {"sampling": "shared"}), ("sgd", {}),
                                       ("dp_fermi", {"scope": "model"})])
 def test_runs_of_different_T_on_the_compiled_pass_equal_each_run_alone(small, name, kw, compiled_pass):
