@@ -151,20 +151,24 @@ class Scan:
         GW, Gb = np.zeros((R, K, d), dtype=np.float32), np.zeros((R, K), dtype=np.float32)
         clipped, nonfinite = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
         norm_sum = np.zeros(R)
-        _clipped_sums(
-            self.P, self.cell, self.order, self.mids, self.starts, self.entries, self.width, p, pt,
-            np.zeros((R, self.Q, K), dtype=np.float32) if weights is None else weights.astype(np.float32), weights is not None,
-            reg_temp.astype(np.float32),
-            np.ones(R, dtype=np.float32) if clip is None else clip.astype(np.float32), clip is not None,
-            self.d, self.K, self.m, self.XS, self.norms, GW, Gb, clipped, norm_sum, nonfinite,
-        )
+        weights32 = np.zeros((R, self.Q, K), dtype=np.float32) if weights is None else weights.astype(np.float32)
+        clip32 = np.ones(R, dtype=np.float32) if clip is None else clip.astype(np.float32)
         if K == 2:
             # a binary row's logit gradient is (-a, a): p and pt sum to 1 and e_y is one-hot, so
             # p - e_y = (-(p_1 - y_1), p_1 - y_1) and the regularizer's pt * (c - <c, pt>) =
             # pt_0 pt_1 (c_0 - c_1, c_1 - c_0) (eq. 10); its clipped outer products sum to
             # (-S, S), and the kernel adds class 1's S alone (half the products)
-            np.negative(GW[:, 1], out=GW[:, 0])
-            np.negative(Gb[:, 1], out=Gb[:, 0])
+            S, Sb = np.zeros((R, d), dtype=np.float32), np.zeros(R, dtype=np.float32)
+            _binary_clipped_sums(self.P, self.cell, self.order, self.mids, self.starts, self.entries, self.width, p, pt, weights32,
+                                 weights is not None, reg_temp.astype(np.float32), clip32, clip is not None, self.d, self.m, self.XS,
+                                 self.norms, S, Sb, clipped, norm_sum, nonfinite)
+            GW[:, 1], Gb[:, 1] = S, Sb
+            np.negative(S, out=GW[:, 0])
+            np.negative(Sb, out=Gb[:, 0])
+        else:
+            _clipped_sums(self.P, self.cell, self.order, self.mids, self.starts, self.entries, self.width, p, pt, weights32,
+                          weights is not None, reg_temp.astype(np.float32), clip32, clip is not None, self.d, self.K, self.m, self.XS,
+                          self.norms, GW, Gb, clipped, norm_sum, nonfinite)
         return GroupSum(grad_w=torch.from_numpy(GW), grad_b=torch.from_numpy(Gb), clipped=torch.from_numpy(clipped),
                         norm_sum=torch.from_numpy(norm_sum.astype(np.float32)), nonfinite=torch.from_numpy(nonfinite))
 
@@ -379,23 +383,50 @@ def _clipped_sums(P, cell, order, mids, starts, entries, width, p, pt, weights, 
             norm_sum[r] += norm
             f = min(np.float32(1.0), clip[r] / (norm + np.float32(1e-12))) if clipping else np.float32(1.0)
             x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
-            if K == 2:  # class 1's sums alone: class 0's are their negation (Scan.clipped_sums)
-                f1 = g[1] * f
-                Gb[r, 1] += f1
+            for k in range(K):
+                fg = g[k] * f
+                Gb[r, k] += fg
                 for j in range(m):
-                    GW[r, 1, j] += f1 * xs[j]
-                a1 = GW[r, 1, m:d]
+                    GW[r, k, j] += fg * xs[j]
+                a = GW[r, k, m:d]
                 for j in range(d - m):
-                    a1[j] += f1 * x[j]
-            else:
-                for k in range(K):
-                    fg = g[k] * f
-                    Gb[r, k] += fg
-                    for j in range(m):
-                        GW[r, k, j] += fg * xs[j]
-                    a = GW[r, k, m:d]
-                    for j in range(d - m):
-                        a[j] += fg * x[j]
+                    a[j] += fg * x[j]
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _binary_clipped_sums(P, cell, order, mids, starts, entries, width, p, pt, weights, regularized, reg_temp, clip, clipping, d, m, XS,
+                         norms, S, Sb, clipped, norm_sum, nonfinite):
+    """Pass 2 of a binary task: :func:`_clipped_sums` with K = 2 in scalars (no per-entry class
+    loops: 2.8 against 4.1 ms on a captured Adult R = 160 step), class 1's clipped sums alone
+    into ``S`` (R, d) and ``Sb`` (R,) (class 0's are their negation, :meth:`Scan.clipped_sums`);
+    the norm from both classes, as torch's."""
+    for i in order:
+        q = cell[i]
+        y0, y1, row_norm = P[i, d], P[i, d + 1], P[i, d + 2]  # e_y, then the packed norm column
+        x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
+        for t in range(mids[i], starts[i + 1]):  # the gradient entries
+            r = entries[t] >> (width + 1)
+            g0, g1 = p[0, t] - y0, p[1, t] - y1  # p - e_y
+            if regularized and q >= 0:  # the row's cell weights c = weights[r, q] (none: c = 0)
+                c0, c1, a0, a1 = weights[r, q, 0], weights[r, q, 1], pt[0, t], pt[1, t]
+                inner = c0 * a0 + c1 * a1
+                g0 = g0 + reg_temp[r] * a0 * (c0 - inner)
+                g1 = g1 + reg_temp[r] * a1 * (c1 - inner)
+            norm = np.sqrt(g0 * g0 + g1 * g1) * (norms[t] if m else row_norm)
+            if clipping and norm > clip[r]:  # (an infinite norm counts as clipped, as in torch)
+                clipped[r] += 1
+            if not np.isfinite(norm):  # dropped: nothing added
+                nonfinite[r] += 1
+                continue
+            norm_sum[r] += norm
+            f1 = g1 * (min(np.float32(1.0), clip[r] / (norm + np.float32(1e-12))) if clipping else np.float32(1.0))
+            Sb[r] += f1
+            xs = XS[t]
+            for j in range(m):
+                S[r, j] += f1 * xs[j]
+            a = S[r, m:d]
+            for j in range(d - m):
+                a[j] += f1 * x[j]
 
 
 @njit(cache=True, fastmath=_FASTMATH)

@@ -483,15 +483,19 @@ def _group(data, name, specs):
     return methods.get(name).fit_many(data, members, steps=STEPS, device=CPU)
 
 
+@pytest.mark.parametrize("classes", [2, 3])
 @pytest.mark.parametrize("name", ["raco_dp", "dp_sgd", "dp_fermi"])
-def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, name, monkeypatch):
+def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, name, classes, monkeypatch):
     """Rows with a non-finite feature (neutralised: no cell, infinite norm) and a run at an
     absurd learning rate: the same rows are dropped and counted, the same rows clipped, the
-    same parameters."""
-    X = np.array(small.X, dtype=np.float32)
-    train = np.asarray(small.splits["train"])
+    same parameters; two classes (the binary kernels) and three (the general ones)."""
+    from raco_cli.data import synthetic
+
+    table = small if classes == 2 else synthetic.load(n=1200, n_features=6, n_classes=3, seed=0)
+    X = np.array(table.X, dtype=np.float32)
+    train = np.asarray(table.splits["train"])
     X[train[:10], 2], X[train[10:20], 0] = np.nan, np.inf
-    data = replace(small, X=X)
+    data = replace(table, X=X)
     specs = [replace(s, lr=1e30) if i == 2 else s for i, s in enumerate(_fermi_specs() if name == "dp_fermi" else _specs(name))]
     out = {}
     for flag in (False, True):
@@ -499,8 +503,10 @@ def test_the_compiled_pass_drops_and_counts_nonfinite_rows_as_torch_does(small, 
         out[flag] = _group(data, name, specs)
     for a, g in zip(out[False], out[True]):
         assert g.stats["nonfinite_rows"] == a.stats["nonfinite_rows"] and g.stats["clip_fraction"] == pytest.approx(a.stats["clip_fraction"])
+        # (the run at lr 1e30 ends with parameters ~1e27: with three classes the reassociated
+        # sums of the pass differ from torch's by up to ~2e-5 of them)
         for k, v in a.state_dict.items():
-            torch.testing.assert_close(g.state_dict[k], v, rtol=1e-5, atol=1e-6, equal_nan=True)
+            torch.testing.assert_close(g.state_dict[k], v, rtol=1e-5 if classes == 2 else 1e-4, atol=1e-6, equal_nan=True)
     assert all(g.stats["nonfinite_rows"] > 0 for g in out[True])
 
 
