@@ -76,8 +76,9 @@ class Scan:
         self.m = rows.m
         self.mean = rows.mean[:, 0, :].astype(np.float64) if rows.m else np.zeros((R, 0))
         self.std = rows.std[:, 0, :].astype(np.float64) if rows.m else np.ones((R, 0))
-        # the run-independent part u of every row, once (as standardize_columns computes it), and each entry's standardised columns and norm,
-        # written by pass 1 and read by pass 2 (a gradient row is standardised once a step)
+        # the run-independent part u of every row, once (as standardize_columns computes it),
+        # and each entry's standardised columns and norm, written once a step before pass 1 and
+        # read by both passes
         self.U = unit_columns(self.P[:, : self.m])
         self.XS = np.empty((0, self.m), dtype=np.float32)
         self.norms = np.empty(0, dtype=np.float32)
@@ -316,7 +317,8 @@ def _margins(P, order, starts, entries, width, Wm, bm, d, m, XS, Z):
     ``-z_0``, one dot product with ``Wm = W[:, 1] - W[:, 0]`` (``bm`` likewise) instead of two.
     The softmax, tempered or not, is shift-invariant and the arg-max one-hot keeps its first
     maximal class, so the rates are the logits' (to float32 rounding); a non-finite margin
-    gives NaN rates, as non-finite logits do."""
+    gives NaN rates, as non-finite logits do, and a NaN margin's arg-max is class 1, torch's
+    when class 1's logit is NaN (when both are, torch's is class 0: a one-hot either way)."""
     for i in order:
         for t in range(starts[i], starts[i + 1]):
             r = entries[t] >> (width + 1)

@@ -208,6 +208,29 @@ def test_the_compiled_pass_standardises_bit_for_bit():
             assert norms[t] == pytest.approx(np.sqrt(P[i, d + K] + (want[i].astype(np.float64) ** 2).sum() + 1.0), rel=1e-6)
 
 
+def test_the_binary_margins_give_the_logits_rates_and_arg_max():
+    """batched_scan._margins stores (0, z_1 - z_0): its softmax (tempered or not) equals
+    torch's softmax of the two logits (1e-6) and its arg-max torch's, a run whose class-1
+    logits are NaN included (NaN rates, arg-max class 1)."""
+    from raco_cli.methods.batched_scan import _margins
+
+    rng = np.random.default_rng(1)
+    R, n, d, K = 3, 40, 7, 2
+    P = rng.normal(size=(n, d + K + 1)).astype(np.float32)
+    W, b = rng.normal(size=(R, K, d)).astype(np.float32), rng.normal(size=(R, K)).astype(np.float32)
+    W[2, 1, 3] = np.nan  # run 2's class-1 logits are NaN
+    order, starts = np.arange(n), np.arange(0, R * n + 1, R)
+    entries, width = np.tile((2 * np.arange(R)) << 1, n), 1
+    Z = np.full((K, R * n), 7.0, dtype=np.float32)
+    _margins(P, order, starts, entries, width, W[:, 1] - W[:, 0], b[:, 1] - b[:, 0], d, 0, np.empty((R * n, 0), dtype=np.float32), Z)
+    logits = torch.from_numpy(np.einsum("rkd,nd->rnk", W, P[:, :d]) + b[:, None, :])  # (R, n, K)
+    got = torch.from_numpy(Z).reshape(K, n, R).permute(2, 1, 0)  # entry i * R + r -> (r, i, k)
+    for tau in (1.0, 2.0):
+        torch.testing.assert_close(torch.softmax(tau * got, dim=2), torch.softmax(tau * logits, dim=2), rtol=0, atol=1e-6, equal_nan=True)
+    assert torch.equal(got.argmax(dim=2), logits.argmax(dim=2))
+    assert torch.isnan(got[2, :, 1]).all() and not torch.isnan(got[:2]).any()
+
+
 def _standardised_group(small, name):
     data = _public(small)
     scalings = [dp_scaling(data, noise_multiplier=2.0, source=noise_source(Seeds.from_seed(i).preprocessing, "cpu", secure=False))
