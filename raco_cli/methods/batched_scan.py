@@ -9,7 +9,7 @@ inverted (for each row, which runs sampled it, as histogram or gradient row) and
 read once, in order, per pass:
 
 1. :meth:`Scan.logits`: every entry's logits (the dot products), an entry being one (run,
-   sample, row) of the step; for two classes the margin alone (:func:`_margins`);
+   sample, row) of the step; for two classes the margin alone (:func:`margin_weights`);
 2. between the passes, vectorised in numpy: every entry's softmax and tempered softmax
    (numpy's SIMD exp; a scalar exp per entry inside the kernels was a third of the step), and
    (constrained runs, :meth:`Scan.histograms`) each histogram row's tempered softmax, or its
@@ -92,7 +92,7 @@ class Scan:
         self.order, self.starts, self.mids, self.entries, lengths, self.width = _invert(positions, self.n, count)
         if self.Z.shape[1] < len(self.entries):
             size = len(self.entries) + len(self.entries) // 8
-            self.Z = np.empty((self.K, size), dtype=np.float32)
+            self.Z = np.zeros((self.K, size), dtype=np.float32)  # (a binary task's row 0 stays 0: margin_logits)
             self.XS, self.norms = np.empty((size, self.m), dtype=np.float32), np.empty(size if self.m else 0, dtype=np.float32)
         self.pt = self.p = None
         return lengths
@@ -104,10 +104,9 @@ class Scan:
                                   self.std, self.XS, self.norms)
         Wn, bn = W.numpy(), b.numpy()
         if self.K == 2:  # binary: the margin alone (the softmax is shift-invariant), half the products
-            _margins(self.P, self.order, self.starts, self.entries, self.width, Wn[:, 1] - Wn[:, 0], bn[:, 1] - bn[:, 0], self.d, self.m,
-                     self.XS, self.Z)
-        else:
-            _logits(self.P, self.order, self.starts, self.entries, self.width, Wn, bn, self.d, self.K, self.m, self.XS, self.Z)
+            Wn, bn = margin_weights(Wn, bn)
+        _logits(self.P, self.order, self.starts, self.entries, self.width, Wn, bn, self.d, Wn.shape[1], self.m, self.XS,
+                self.Z[1:] if self.K == 2 else self.Z)
 
     def histograms(self, W: torch.Tensor, b: torch.Tensor, temperature: np.ndarray, *, hard: bool = False) -> torch.Tensor:
         """Exact histograms (R, Q, K) float64 of the histogram rows under each run's tempered
@@ -186,6 +185,17 @@ class Scan:
         _w_sums(self.cell, self.order, self.mids, self.starts, self.entries, self.width, self.p, dist.numpy(), clip_w.astype(np.float32),
                 by_group, total, clipped)
         return torch.from_numpy(by_group), torch.from_numpy(total), torch.from_numpy(clipped)
+
+
+def margin_weights(W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A binary task's margin weights, ``W[:, 1] - W[:, 0]`` (R, 1, d) and ``b[:, 1] - b[:, 0]``
+    (R, 1): :func:`_logits` under them writes ``z_1 - z_0`` into the logits' row 1 over a row 0
+    of zeros, the logits shifted by ``-z_0``, one dot product instead of two.  The softmax,
+    tempered or not, is shift-invariant and the arg-max keeps its first maximal class, so the
+    rates are the logits' (to float32 rounding); a non-finite margin gives NaN rates, as
+    non-finite logits do, and a NaN margin's arg-max is class 1, torch's when class 1's logit
+    is NaN (when both are, torch's is class 0: a one-hot either way)."""
+    return (W[:, 1] - W[:, 0])[:, None, :], (b[:, 1] - b[:, 0])[:, None]
 
 
 # --- the kernels ------------------------------------------------------------------------------
@@ -296,11 +306,11 @@ def _logits(P, order, starts, entries, width, W, b, d, K, m, XS, Z):
     (its first m columns as the entry's run standardised them, ``XS[t]``
     (:func:`_standardized_entries`), when m > 0)."""
     for i in order:
+        x = P[i, m:d]  # the columns read as they are: slices and a loop from 0, which LLVM
+        # vectorises (a loop over range(m, d) it did not: the pass took 6x as long)
         for t in range(starts[i], starts[i + 1]):
             r = entries[t] >> (width + 1)
             xs = XS[t]
-            x = P[i, m:d]  # the columns read as they are: slices and a loop from 0, which LLVM
-            # vectorises (a loop over range(m, d) it did not: the pass took 6x as long)
             for k in range(K):
                 acc = b[r, k]
                 for j in range(m):
@@ -309,28 +319,6 @@ def _logits(P, order, starts, entries, width, W, b, d, K, m, XS, Z):
                 for j in range(d - m):
                     acc += w[j] * x[j]
                 Z[k, t] = acc
-
-
-@njit(cache=True, fastmath=_FASTMATH)
-def _margins(P, order, starts, entries, width, Wm, bm, d, m, XS, Z):
-    """Pass 1 of a binary task: ``Z[:, t] = (0, z_1 - z_0)``, entry t's logits shifted by
-    ``-z_0``, one dot product with ``Wm = W[:, 1] - W[:, 0]`` (``bm`` likewise) instead of two.
-    The softmax, tempered or not, is shift-invariant and the arg-max one-hot keeps its first
-    maximal class, so the rates are the logits' (to float32 rounding); a non-finite margin
-    gives NaN rates, as non-finite logits do, and a NaN margin's arg-max is class 1, torch's
-    when class 1's logit is NaN (when both are, torch's is class 0: a one-hot either way)."""
-    for i in order:
-        for t in range(starts[i], starts[i + 1]):
-            r = entries[t] >> (width + 1)
-            xs = XS[t]
-            x = P[i, m:d]  # (slices and loops from 0: vectorised, see _logits)
-            z = bm[r]
-            for j in range(m):
-                z += Wm[r, j] * xs[j]
-            w = Wm[r, m:d]
-            for j in range(d - m):
-                z += w[j] * x[j]
-            Z[0, t], Z[1, t] = np.float32(0.0), z
 
 
 @njit(cache=True)

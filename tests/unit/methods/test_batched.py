@@ -209,10 +209,11 @@ def test_the_compiled_pass_standardises_bit_for_bit():
 
 
 def test_the_binary_margins_give_the_logits_rates_and_arg_max():
-    """batched_scan._margins stores (0, z_1 - z_0): its softmax (tempered or not) equals
+    """_logits under batched_scan.margin_weights, into row 1 of zeroed logits as Scan.logits
+    writes them, stores (0, z_1 - z_0): its softmax (tempered or not) equals
     torch's softmax of the two logits (1e-6) and its arg-max torch's, a run whose class-1
     logits are NaN included (NaN rates, arg-max class 1)."""
-    from raco_cli.methods.batched_scan import _margins
+    from raco_cli.methods.batched_scan import _logits, margin_weights
 
     rng = np.random.default_rng(1)
     R, n, d, K = 3, 40, 7, 2
@@ -221,8 +222,9 @@ def test_the_binary_margins_give_the_logits_rates_and_arg_max():
     W[2, 1, 3] = np.nan  # run 2's class-1 logits are NaN
     order, starts = np.arange(n), np.arange(0, R * n + 1, R)
     entries, width = np.tile((2 * np.arange(R)) << 1, n), 1
-    Z = np.full((K, R * n), 7.0, dtype=np.float32)
-    _margins(P, order, starts, entries, width, W[:, 1] - W[:, 0], b[:, 1] - b[:, 0], d, 0, np.empty((R * n, 0), dtype=np.float32), Z)
+    Z = np.zeros((K, R * n), dtype=np.float32)
+    Wm, bm = margin_weights(W, b)
+    _logits(P, order, starts, entries, width, Wm, bm, d, 1, 0, np.empty((R * n, 0), dtype=np.float32), Z[1:])
     logits = torch.from_numpy(np.einsum("rkd,nd->rnk", W, P[:, :d]) + b[:, None, :])  # (R, n, K)
     got = torch.from_numpy(Z).reshape(K, n, R).permute(2, 1, 0)  # entry i * R + r -> (r, i, k)
     for tau in (1.0, 2.0):
