@@ -170,8 +170,8 @@ def test_per_run_dp_standardisation_is_applied_on_the_fly(small, name):
 
 @pytest.mark.parametrize("name", ["raco_dp", "dp_fermi"])
 def test_per_run_dp_standardisation_on_the_compiled_pass(small, name, compiled_pass):
-    """The compiled pass standardises a row's numeric columns for each run as it reads it
-    (batched_scan._standardized_entries), the neutralised row (a NaN feature) included: each run
+    """The compiled pass standardises each sampled row's numeric columns for each run that took
+    it, once a step (batched_scan._standardized_entries), the neutralised row (a NaN feature) included: each run
     equals the run alone on its own standardised copy of X (1e-6)."""
     _standardised_group(small, name)
     assert len(compiled_pass) == STEPS
