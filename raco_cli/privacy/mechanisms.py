@@ -226,10 +226,10 @@ def poisson_positions_many(
         log_keep = np.array([[math.log1p(-float(q))] for q in rates])  # (R, 1): the same division as by each run's scalar
         width = max(chunks)
         if all(isinstance(g, SecureUniforms) for g in generators):  # one CSPRNG read: run r's uniforms are block r
-            draws = np.split(SecureUniforms().random(sum(chunks)), np.cumsum(chunks)[:-1])
+            U = _padded(np.split(SecureUniforms().random(sum(chunks)), np.cumsum(chunks)[:-1]), width)
         else:
-            draws = [g.random(c) for g, c in zip(generators, chunks)]
-        positions = _cumulative_gaps(_padded(draws, width), log_keep)
+            U = _drawn_in_place(generators, chunks, width)
+        positions = _cumulative_gaps(U, log_keep)
         positions -= 1.0
         ends = np.array(chunks) - 1  # each run's last drawn position
         for r in np.flatnonzero(ends < width - 1).tolist():
@@ -260,6 +260,21 @@ def _padded(rows: list[np.ndarray], width: int) -> np.ndarray:
     U = np.zeros((len(rows), width))
     for r, row in enumerate(rows):
         U[r, : len(row)] = row
+    return U
+
+
+def _drawn_in_place(generators: list[np.random.Generator | SecureUniforms], chunks: list[int], width: int) -> np.ndarray:
+    """Run r's first ``chunks[r]`` uniforms from its own generator in row r of one (R, width)
+    array, zeros after them: :func:`_padded` of the runs' draws, the same bits.  numpy's
+    ``Generator.random(out=)`` writes into the row, so no array per run is made and copied
+    (Adult, R = 160 runs x 1 232 uniforms: the step's sampling 2.5 -> 2.2 ms, cProfile)."""
+    U = np.empty((len(generators), width))
+    for r, (g, c) in enumerate(zip(generators, chunks)):
+        if isinstance(g, np.random.Generator):
+            g.random(out=U[r, :c])
+        else:  # any other source with a random(size) face (a CSPRNG one among seeded runs)
+            U[r, :c] = g.random(c)
+        U[r, c:] = 0.0
     return U
 
 
