@@ -6,13 +6,20 @@ time per step of each and its ratio to the baseline (``ratio <method>/<baseline>
 Evaluation time is excluded (the loops time their steps only).  DPSE is full-batch
 (every step uses all training rows), so its step is not a batch-512 step; it is marked.
 
-    python -m raco_cli.bench [--steps 300] [--reps 5] [--batch-size 512] [--methods raco_dp,dp_sgd]
+    python -m raco_cli.bench [--steps 300] [--reps 5] [--batch-size 512] [--methods raco_dp,raco_dp:shared,dp_sgd]
     python -m raco_cli.bench --methods sgd,dp_sgd,raco_dp,dp_fermi,dpse --baseline sgd
     python -m raco_cli.bench --methods raco_dp,raco_dp:secure --baseline raco_dp --batched ""
     python -m raco_cli.bench --methods raco_dp,dp_sgd --batched "" --no-opacus
 
 A ``:secure`` suffix runs the method with its noise and Poisson batches from the OS CSPRNG
 (``privacy.secure_rng=true``, the default under scope=model) instead of the seeded PRNG.
+A ``:shared`` suffix runs it with ``sampling=shared``: the paper's Algorithm 1, one Poisson
+batch for the histogram and the gradient (its JAX step is 1.73x DP-SGD's).  The default
+methods time both: raco's default, ``sampling=independent``, reads two Poisson samples a step
+(its accounting is tighter, docs/privacy.md), so its step has a floor of 1.5x DP-SGD's in
+arithmetic (a histogram row costs one forward product, a gradient row two) and 2x in rows
+read, before any of the histogram's and dual step's own work; ``:shared`` reads DP-SGD's rows
+and reuses their logits.
 
 Batched lines (``--batched 20,160``, on by default; docs/batched.md): the per-run cost of a
 step when R runs of the first method are trained as one problem
@@ -40,6 +47,7 @@ import time
 from pathlib import Path
 
 OPACUS = "opacus_dp_sgd"
+SUFFIXES = ("secure", "shared")  # method-name suffixes: privacy.secure_rng=true, sampling=shared
 
 
 def opacus_fit(X, y, *, steps: int, batch_size: int, lr: float, seed: int) -> dict[str, float]:
@@ -125,13 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--methods", default="raco_dp,dp_sgd")
+    p.add_argument("--methods", default="raco_dp,raco_dp:shared,dp_sgd")
     p.add_argument("--baseline", default="dp_sgd")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: least noisy)")
     p.add_argument("--batched", default="20,160", help="group sizes R of the batched lines (empty: none)")
     p.add_argument("--opacus", action=argparse.BooleanOptionalAction, default=True,
                    help="time Opacus' DP-SGD on the same rows and settings as dp_sgd (--no-opacus: skip)")
     args = p.parse_args(argv)
+    for name in args.methods.split(","):
+        bad = [tag for tag in name.split(":")[1:] if tag not in SUFFIXES]
+        if bad:
+            p.error(f"--methods {name}: unknown suffix :{bad[0]}; allowed: {', '.join(':' + t for t in SUFFIXES)} (e.g. raco_dp:shared)")
     if args.baseline not in args.methods.split(","):  # the ratios divide by it
         p.error(f"--baseline {args.baseline} is not among --methods {args.methods}; add it to --methods or pick one of them")
 
@@ -147,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def spec_of(name: str, private: bool) -> MethodSpec:
         return MethodSpec(
-            name=name.split(":")[0], secure_rng=name.endswith(":secure"), batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
+            name=name.split(":")[0], secure_rng="secure" in name.split(":")[1:],
+            sampling="shared" if "shared" in name.split(":")[1:] else "independent", batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
             clip_norm=1.0 if private else None,
             noise_multiplier=1.0 if private else None,
             hist_noise_multiplier=2.0 if private else None,

@@ -43,3 +43,30 @@ def test_a_baseline_outside_the_methods_is_one_line_exit_2(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.endswith("error: --baseline dp_sgd is not among --methods raco_dp; add it to --methods or pick one of them")
+
+
+def test_the_shared_suffix_times_the_papers_one_batch_step(capsys, monkeypatch):
+    """``raco_dp:shared`` trains with sampling=shared (the default methods time it beside the
+    default sampling); its ratio line is printed."""
+    from raco_cli.methods.sgda import core
+
+    seen: list[tuple[str, str]] = []
+    run = core.run
+
+    def spy(data, model, constraints, spec, **kw):
+        seen.append((spec.name, spec.sampling))
+        return run(data, model, constraints, spec, **kw)
+
+    monkeypatch.setattr(core, "run", spy)
+    assert bench.main(["--steps", "3", "--reps", "1", "--batched", "", "--no-opacus"]) == 0
+    assert set(seen) == {("raco_dp", "independent"), ("raco_dp", "shared"), ("dp_sgd", "independent")}
+    out = capsys.readouterr().out
+    assert "ratio raco_dp/dp_sgd: " in out and "ratio raco_dp:shared/dp_sgd: " in out
+
+
+def test_an_unknown_suffix_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.cli(["--methods", "raco_dp:bogus,dp_sgd"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("error: --methods raco_dp:bogus: unknown suffix :bogus; allowed: :secure, :shared (e.g. raco_dp:shared)")
