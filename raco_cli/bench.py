@@ -17,7 +17,7 @@ A ``:shared`` suffix runs it with ``sampling=shared``: the paper's Algorithm 1, 
 batch for the histogram and the gradient (the paper's Table 2: 0.064 against DP-SGD's 0.037 ms
 on Adult, 1.73x). The default methods time both: raco's default, ``sampling=independent``,
 reads two Poisson samples a step (its accounting is tighter, docs/privacy.md), so its step has
-a floor of 1.5x DP-SGD's in arithmetic (a histogram row costs one forward product, a gradient
+a floor of about 1.5x DP-SGD's in arithmetic (a histogram row costs one forward product, a gradient
 row two) and 2x in rows read, before any of the histogram's and dual step's own work;
 ``:shared`` reads DP-SGD's rows and reuses their logits.
 
