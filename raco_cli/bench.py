@@ -16,10 +16,10 @@ A ``:secure`` suffix runs the method with its noise and Poisson batches from the
 A ``:shared`` suffix runs it with ``sampling=shared``: the paper's Algorithm 1, one Poisson
 batch for the histogram and the gradient (the paper's Table 2: 0.064 against DP-SGD's 0.037 ms
 on Adult, 1.73x). The default methods time both: raco's default, ``sampling=independent``,
-reads two Poisson samples a step (its accounting is tighter, docs/privacy.md), so its step has
-a floor of about 1.5x DP-SGD's in arithmetic (a histogram row costs one forward product, a gradient
-row two) and 2x in rows read, before any of the histogram's and dual step's own work;
-``:shared`` reads DP-SGD's rows and reuses their logits.
+draws, gathers and forwards a second Poisson sample every step (its epsilon is smaller at the
+same noise, docs/privacy.md). The gap between the two lines is that sample's cost;
+``raco_dp:shared`` against ``dp_sgd`` is the histogram's, its noise's and the dual step's
+(docs/batched.md).
 
 Batched lines (``--batched 20,160``, on by default; docs/batched.md): the per-run cost of a
 step when R runs of the first method are trained as one problem
