@@ -20,6 +20,10 @@ read once, in order, per pass:
    :func:`raco_cli.methods.batched.clipped_sums`; for DP-FERMI also its W player's clipped
    sums (:meth:`Scan.w_clipped_sums`).
 
+Before the passes, :meth:`Scan.positions` draws the step's Poisson samples as
+:func:`raco_cli.privacy.mechanisms.poisson_positions_many` does, its gaps summed by the
+compiled :func:`gap_sums` (numpy's cumsum adds one entry after another, one row at a time).
+
 A run's rows are visited in increasing row order, as in its own sample, so each run's sums
 add the same terms in the same order as a loop over its sample; the dot products and row
 sums may be reassociated (``fastmath`` with ``reassoc`` and ``contract`` only: NaN and inf
@@ -44,6 +48,7 @@ import torch
 from numba import njit
 
 from raco_cli.methods.batched import GroupRows, GroupSum
+from raco_cli.privacy.mechanisms import SecureUniforms, poisson_positions_many
 from raco_cli.privacy.preprocessing import unit_columns
 
 _FASTMATH = {"reassoc", "contract"}  # vectorised dot products; no nnan / ninf
@@ -82,6 +87,12 @@ class Scan:
         self.U = unit_columns(self.P[:, : self.m])
         self.XS = np.empty((0, self.m), dtype=np.float32)
         self.norms = np.empty(0, dtype=np.float32)
+
+    def positions(self, sample_rate: float | np.ndarray, generators: list[np.random.Generator | SecureUniforms], *,
+                  count: int) -> np.ndarray:
+        """:func:`raco_cli.privacy.mechanisms.poisson_positions_many` of the group's rows, the gaps
+        summed by :func:`gap_sums` (the same bits, a fifth of numpy's cumsum time)."""
+        return poisson_positions_many(self.n, sample_rate, generators, count=count, gap_sums=gap_sums)
 
     def sample(self, positions: np.ndarray, *, count: int, shared: bool = False) -> np.ndarray:
         """The step's samples, as :func:`raco_cli.privacy.mechanisms.poisson_positions_many`
@@ -201,6 +212,29 @@ def margin_weights(W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray
 # --- the kernels ------------------------------------------------------------------------------
 # An entry codes (run r, kind s, slot) as ((2 r + s) << width) | slot: s = 0 a histogram row,
 # s = 1 a gradient row, at that slot of run r's sample.
+
+
+@njit(cache=True)  # no fastmath: the same IEEE operations, in the same order, as numpy's
+def gap_sums(U):
+    """In place, ``cumsum(floor(U) + 1)`` along each row of U (R, W) float64: the Poisson
+    sampler's gaps summed into positions (:func:`raco_cli.privacy.mechanisms._cumulative_gaps`),
+    bit for bit what numpy's ``floor``, ``+= 1`` and ``cumsum(out=U)`` give: each entry is
+    floored, then 1 is added, then it is added to its row's running sum, which starts at the
+    row's first entry.  numpy's cumsum runs one row at a time, one dependent add after another;
+    here the rows are summed side by side, column after column (R = 160 x 1 232 uniforms:
+    0.77 -> 0.16 ms warm)."""
+    R, W = U.shape
+    if W == 0:
+        return U
+    total = np.empty(R)
+    for r in range(R):
+        total[r] = np.floor(U[r, 0]) + 1.0
+        U[r, 0] = total[r]
+    for j in range(1, W):
+        for r in range(R):
+            total[r] = total[r] + (np.floor(U[r, j]) + 1.0)
+            U[r, j] = total[r]
+    return U
 
 
 @njit(cache=True, inline="always")  # (inlined by numba: as a call, the sort took 9 % longer)

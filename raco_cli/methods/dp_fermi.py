@@ -75,7 +75,6 @@ from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
     noise_source,
-    poisson_positions_many,
     poisson_sample,
     poisson_sample_many,
     sampling_generator,
@@ -437,7 +436,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
         active = T >= t  # the runs still training (all but in a group's last few steps when T differ)
         on = torch.from_numpy(active)
         if scan is not None:  # the samples read as drawn (methods/batched_scan.py)
-            lengths = scan.sample(poisson_positions_many(n, q, g_sample), count=1)
+            lengths = scan.sample(scan.positions(q, g_sample, count=1), count=1)
         else:
             idx, lengths = poisson_sample_many(n, q, g_sample)
         with torch.no_grad():

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -83,6 +84,10 @@ def _urandom_53_bits(shape: tuple[int, ...]) -> np.ndarray:
     as float64 of shape ``shape``: the draws both secure sources scale into (0, 1) / [0, 1)."""
     bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
     return bits.astype(np.float64).reshape(shape)
+
+
+#: In place on (R, W) float64: ``floor``, then ``+ 1``, then the running sum along each row.
+GapSums = Callable[[np.ndarray], np.ndarray]
 
 
 def sampling_generator(seed: int, *, secure: bool = False) -> np.random.Generator | SecureUniforms:
@@ -204,12 +209,14 @@ def poisson_sample_many(
 
 
 def poisson_positions_many(
-    n: int, sample_rate: float | np.ndarray, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1
+    n: int, sample_rate: float | np.ndarray, generators: list[np.random.Generator | SecureUniforms], *, count: int = 1,
+    gap_sums: GapSums | None = None,
 ) -> np.ndarray:
     """The samples of :func:`poisson_sample_many` before they are cut into blocks: (R, W) float64,
     row r run r's sampled positions over ``count * n`` virtual rows (``k * n + i``: row i in
     its k-th sample), increasing, then values ``>= count * n`` (past the end: ignored).  The
-    compiled data pass reads them as they are (:meth:`raco_cli.methods.batched_scan.Scan.sample`)."""
+    compiled data pass reads them as they are (:meth:`raco_cli.methods.batched_scan.Scan.sample`).
+    ``gap_sums``: the runs' first chunks summed by it (:func:`_cumulative_gaps`)."""
     R, total = len(generators), count * n
     rates = np.broadcast_to(np.asarray(sample_rate, dtype=np.float64), (R,))
     if R and (rates >= 1.0).any():  # (a rate of 1: every row; rare) each run as poisson_sample draws it
@@ -229,7 +236,7 @@ def poisson_positions_many(
             U = _padded(np.split(SecureUniforms().random(sum(chunks)), np.cumsum(chunks)[:-1]), width)
         else:
             U = _drawn_in_place(generators, chunks, width)
-        positions = _cumulative_gaps(U, log_keep)
+        positions = _cumulative_gaps(U, log_keep, gap_sums=gap_sums)
         positions -= 1.0
         ends = np.array(chunks) - 1  # each run's last drawn position
         for r in np.flatnonzero(ends < width - 1).tolist():
@@ -278,15 +285,22 @@ def _drawn_in_place(generators: list[np.random.Generator | SecureUniforms], chun
     return U
 
 
-def _cumulative_gaps(U: np.ndarray, log_keep: float | np.ndarray) -> np.ndarray:
+def _cumulative_gaps(U: np.ndarray, log_keep: float | np.ndarray, *, gap_sums: GapSums | None = None) -> np.ndarray:
     """``cumsum(floor(log1p(-U) / log_keep) + 1)`` along the last axis, computed in ``U``'s own
     memory (a fresh array of uniforms, overwritten): the geometric gaps of
     :func:`poisson_sample` summed into positions.  The same float operations in the same order
     as the expression, so the same bits; without an array per operation it is half the time
-    (100 runs x 8 750 uniforms: 10.9 -> 5.6 ms)."""
+    (100 runs x 8 750 uniforms: 10.9 -> 5.6 ms).
+
+    ``gap_sums``: a function doing the last three operations in place (``floor``, ``+ 1``, the
+    running sum along each row, in that order), e.g. the batched engine's compiled
+    :func:`raco_cli.methods.batched_scan.gap_sums`; numpy's cumsum is one dependent add after
+    another (~3.3 ns an entry)."""
     np.negative(U, out=U)
     np.log1p(U, out=U)
     np.divide(U, log_keep, out=U)
+    if gap_sums is not None:
+        return gap_sums(U)
     np.floor(U, out=U)
     U += 1.0
     return np.cumsum(U, axis=-1, out=U)

@@ -38,7 +38,6 @@ from raco_cli.methods.sgda import core
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
 from raco_cli.privacy.mechanisms import (
-    poisson_positions_many,
     poisson_sample_many,
     sampling_generator,
 )
@@ -143,7 +142,7 @@ def run_core(
         count = 2 if independent else 1  # [hist sample,] gradient sample
         c, g_dual, z, weights = None, None, None, None
         if scan is not None:  # the samples read as drawn, never cut into padded index blocks
-            lengths = scan.sample(poisson_positions_many(n, q, g_sample, count=count), count=count, shared=constrained and not independent)
+            lengths = scan.sample(scan.positions(q, g_sample, count=count), count=count, shared=constrained and not independent)
         else:
             idx, lengths = poisson_sample_many(n, q, g_sample, count=count)
             L = idx.shape[2]

@@ -262,6 +262,38 @@ def test_poisson_samples_of_many_runs_are_each_runs_own(per_run):
                     assert (idx[r, k, lengths[r, k] :] == n).all()
 
 
+def test_the_compiled_gap_sums_are_numpys_bit_for_bit():
+    """batched_scan.gap_sums (in place: floor, + 1, running sum along each row, rows side by
+    side) equals numpy's floor, += 1 and cumsum, bit for bit: small gaps, gaps so large their
+    sums round (the order of the additions shows), one column, no column."""
+    from raco_cli.methods.batched_scan import gap_sums
+
+    rng = np.random.default_rng(3)
+    for shape, scale in (((160, 1232), 60.0), ((7, 3), 1e17), ((5, 1), 9.5), ((4, 0), 1.0), ((1, 50), 3e15)):
+        U = rng.random(shape) * scale
+        ref = np.floor(U)
+        ref += 1.0
+        np.cumsum(ref, axis=-1, out=ref)
+        assert np.array_equal(gap_sums(U.copy()), ref)
+
+
+@pytest.mark.parametrize("per_run", [False, True])
+def test_the_compiled_pass_draws_the_positions_numpy_draws(per_run):
+    """poisson_positions_many with the compiled gap_sums (what Scan.positions draws) gives the
+    positions it gives with numpy's sums, bit for bit, step after step (each run's own sample,
+    as the test above checks for numpy's)."""
+    from raco_cli.methods.batched_scan import gap_sums
+    from raco_cli.privacy.mechanisms import poisson_positions_many
+
+    for n, q, count in ((2000, 0.05, 2), (50, 0.9, 2), (10, 0.05, 1), (2000, 1.0, 1)):
+        rates = np.minimum(q * PER_RUN_RATES / 0.05, 1.0) if per_run else q
+        a = [np.random.default_rng(s) for s in range(8)]
+        b = [np.random.default_rng(s) for s in range(8)]
+        for _ in range(5):
+            compiled = poisson_positions_many(n, rates, a, count=count, gap_sums=gap_sums)
+            assert np.array_equal(compiled, poisson_positions_many(n, rates, b, count=count))
+
+
 class _SmallUniforms:
     """A sampler whose uniforms are below 0.01 for its first ``small`` draws (gaps of 1: the
     first chunk ends before the last row, the rare case where a run draws another chunk)."""
