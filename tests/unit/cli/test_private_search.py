@@ -127,6 +127,7 @@ def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(
     assert all(given / 4 - 1 <= b <= given * 2 + 1 for b in batches) and len(set(batches)) > 1
 
 
+@pytest.mark.slow  # two raco_dp searches planned (~36 s each on 2 cores): the fast run stays under ~10 min
 def test_an_auto_dual_step_stays_auto_and_an_explicit_one_is_searched(tmp_path):
     constrained = ["dataset=synthetic", "method=raco_dp", "constraint=dp", "eps=2", "method.max_steps=40", "tracking=none"]
     auto = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*constrained, "method.lr_dual=auto"])
