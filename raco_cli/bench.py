@@ -158,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)  # torch's threads, and numpy's BLAS on one as in raco train
 
     def spec_of(name: str, private: bool) -> MethodSpec:
+        base, *tags = name.split(":")
         return MethodSpec(
-            name=name.split(":")[0], secure_rng="secure" in name.split(":")[1:],
-            sampling="shared" if "shared" in name.split(":")[1:] else "independent", batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
+            name=base, secure_rng="secure" in tags, sampling="shared" if "shared" in tags else "independent", batch_size=args.batch_size, steps=args.steps, eval_every=10**9,
             clip_norm=1.0 if private else None,
             noise_multiplier=1.0 if private else None,
             hist_noise_multiplier=2.0 if private else None,

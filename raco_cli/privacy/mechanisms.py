@@ -232,11 +232,7 @@ def poisson_positions_many(
         chunks = [int(e + 6.0 * e**0.5 + 16) for e in expected]
         log_keep = np.array([[math.log1p(-float(q))] for q in rates])  # (R, 1): the same division as by each run's scalar
         width = max(chunks)
-        if all(isinstance(g, SecureUniforms) for g in generators):  # one CSPRNG read: run r's uniforms are block r
-            U = _padded(np.split(SecureUniforms().random(sum(chunks)), np.cumsum(chunks)[:-1]), width)
-        else:
-            U = _drawn_in_place(generators, chunks, width)
-        positions = _cumulative_gaps(U, log_keep, gap_sums=gap_sums)
+        positions = _cumulative_gaps(_first_chunks(generators, chunks, width), log_keep, gap_sums=gap_sums)
         positions -= 1.0
         ends = np.array(chunks) - 1  # each run's last drawn position
         for r in np.flatnonzero(ends < width - 1).tolist():
@@ -261,27 +257,25 @@ def poisson_positions_many(
     return positions
 
 
-def _padded(rows: list[np.ndarray], width: int) -> np.ndarray:
-    """Rows of uniforms of different lengths in one (R, width) array, zeros after each row's
-    own (a zero's gap is 1: its positions follow the row's, and are overwritten)."""
-    U = np.zeros((len(rows), width))
-    for r, row in enumerate(rows):
-        U[r, : len(row)] = row
-    return U
-
-
-def _drawn_in_place(generators: list[np.random.Generator | SecureUniforms], chunks: list[int], width: int) -> np.ndarray:
+def _first_chunks(generators: list[np.random.Generator | SecureUniforms], chunks: list[int], width: int) -> np.ndarray:
     """Run r's first ``chunks[r]`` uniforms from its own generator in row r of one (R, width)
-    array, zeros after them: :func:`_padded` of the runs' draws, the same bits.  numpy's
-    ``Generator.random(out=)`` writes into the row, so no array per run is made and copied
-    (Adult, R = 160 runs x 1 232 uniforms: the step's sampling 2.5 -> 2.2 ms, cProfile)."""
+    array, zeros after them (a zero's gap is 1: its positions follow the row's, and are
+    overwritten).  numpy's ``Generator.random(out=)`` writes into the row, so no array per run
+    is made and copied (Adult, R = 160 runs x 1 232 uniforms: the step's sampling 2.5 -> 2.2 ms,
+    cProfile).  When every run is secure the runs' uniforms are one CSPRNG read, run r's the
+    r-th block, as its own call would have read them."""
     U = np.empty((len(generators), width))
+    secure = SecureUniforms().random(sum(chunks)) if all(isinstance(g, SecureUniforms) for g in generators) else None
+    start = 0
     for r, (g, c) in enumerate(zip(generators, chunks)):
-        if isinstance(g, np.random.Generator):
+        if secure is not None:
+            U[r, :c] = secure[start : start + c]
+        elif isinstance(g, np.random.Generator):
             g.random(out=U[r, :c])
         else:  # any other source with a random(size) face (a CSPRNG one among seeded runs)
             U[r, :c] = g.random(c)
         U[r, c:] = 0.0
+        start += c
     return U
 
 
