@@ -115,6 +115,67 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(params=["batched", "one_run"])
+def engine(request, monkeypatch):
+    """Which SGDA engine a logistic-regression run trains on: ``batched`` (every linear run on
+    the CPU, alone as a group of one: methods/batched.py) or ``one_run`` (the loop of other
+    models and of accelerators, methods/sgda/core.py; forced here by ``COMPILED_SCAN = False``)."""
+    from raco_cli.methods import batched
+
+    if request.param == "one_run":
+        monkeypatch.setattr(batched, "COMPILED_SCAN", False)
+    return request.param
+
+
+@pytest.fixture
+def dual_inputs(monkeypatch):
+    """The noisy histograms (Q, K) each step's post-processing reads (denominators, regularizer
+    weights, dual gradient), from either engine: ``ConstraintTensors.step`` (the one-run loop)
+    or ``batched_scan.dual_step`` (the batched engine, one histogram per run)."""
+    import torch
+
+    from raco_cli.constraints.rate import ConstraintTensors
+    from raco_cli.methods import batched_scan
+
+    seen: list = []
+    one, many = ConstraintTensors.step, batched_scan.dual_step
+
+    def spy(self, H, lam, *, floor):
+        seen.append(H.clone())
+        return one(self, H, lam, floor=floor)
+
+    def spy_many(membership, alpha, H, lam, floors, gamma):
+        seen.extend(torch.from_numpy(h.copy()) for h in H)
+        return many(membership, alpha, H, lam, floors, gamma)
+
+    monkeypatch.setattr(ConstraintTensors, "step", spy)
+    monkeypatch.setattr(batched_scan, "dual_step", spy_many)
+    return seen
+
+
+@pytest.fixture
+def zero_gradient_sums(monkeypatch):
+    """Every clipped gradient sum zero, in both engines (the one-run loop's closed-form engine
+    and the batched engine's compiled pass): a private update is then pure noise."""
+    import torch
+
+    from raco_cli.methods import batched_scan
+    from raco_cli.methods.gradients import ClippedSum, LinearEngine
+    from raco_cli.methods.group_rows import GroupSum
+
+    def zero_sum(self, X, y=None, c=None, **kw):
+        z = torch.zeros((), dtype=torch.long)
+        return ClippedSum([torch.zeros_like(p) for p in self.params], z, z.float(), z)
+
+    def zero_sums(self, weights, reg_temp, temperature, clip):
+        zeros = torch.zeros(self.R, dtype=torch.long)
+        return GroupSum(grad_w=torch.zeros(self.R, self.K, self.d), grad_b=torch.zeros(self.R, self.K), clipped=zeros,
+                        norm_sum=zeros.float(), nonfinite=zeros)
+
+    monkeypatch.setattr(LinearEngine, "clipped_sum", zero_sum)
+    monkeypatch.setattr(batched_scan.Scan, "clipped_sums", zero_sums)
+
+
 @pytest.fixture(scope="session")
 def synthetic():
     """A generated dataset with a known group disparity (fast)."""

@@ -11,10 +11,12 @@ DP-FERMI's in its ``fit_many``):
 
 * weights (R, K, d) and biases (R, K), per-run duals (R, J) and optimizer states;
 * run r draws its Poisson samples from its own sampling generator and its noise from its own
-  noise generator, in the same order as the one-run loops (:mod:`raco_cli.methods.sgda.core`,
-  :mod:`raco_cli.methods.dp_fermi`), so run r of a group computes what it computes alone, up
-  to float summation order (the equivalence tests pin selected step, metrics and model to 1e-6);
-* one gather of every run's batch rows and one batched matrix product per stage;
+  noise generator, in the same order as a run alone, and every number of run r is computed
+  from its own values in an order that does not depend on the group; on the CPU a run alone
+  trains here too, as a group of one (:func:`trains_alone_here`), so a run computes the same
+  numbers, to the last bit, alone and in any group (docs/batched.md, "One path");
+* on the CPU the compiled data pass (:mod:`raco_cli.methods.batched_scan`); on an accelerator one
+  gather of every run's batch rows and one batched matrix product per stage;
 * every ``eval_every`` steps one evaluation of all runs per split, then each run's own
   checkpoint rule (:class:`raco_cli.methods.training.Checkpoints`: private report-noisy-max and
   noisy feasibility windows in ``privacy.scope=model``, exact selection in ``paper``).
@@ -46,6 +48,7 @@ from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.methods import training
 from raco_cli.methods.base import MethodSpec, NullReporter, Reporter, Seeds
+from raco_cli.methods.group_rows import GroupSum
 from raco_cli.methods.timing import StepClock
 from raco_cli.metrics.evaluate import (
     binary_predictions,
@@ -63,29 +66,23 @@ from raco_cli.privacy.mechanisms import (
     secure_exponentials,
     secure_normals,
 )
-from raco_cli.privacy.preprocessing import standardize_columns
+from raco_cli.privacy.preprocessing import unit_columns
 
 EVAL_RUNS = 16  # runs per evaluation chunk
 
-#: the compiled data pass (methods/batched_scan.py): None where it is faster
-#: (:func:`compiled_scan_applies`), True wherever it applies, False never (the equivalence
-#: tests force both ways)
+#: the compiled data pass (methods/batched_scan.py): on the CPU always (True or None), so that
+#: a run computes the same numbers alone and in a group; False forces torch's path, the
+#: accelerators' (tests run it on the CPU)
 COMPILED_SCAN: bool | None = None
-SCAN_MIN_COVERAGE = 1.0  # the group's sampled rows a step, over n
-SCAN_MIN_FEATURES = 16  # narrower rows: per-row work too small to pay (d = 6: a tie; Heart, d = 21: -19 %)
 
 
-def compiled_scan_applies(rows: GroupRows, sampled_per_step: float, device: torch.device) -> bool:
+def compiled_scan_applies(device: torch.device) -> bool:
     """Whether a group's steps take the compiled data pass (:mod:`raco_cli.methods.batched_scan`):
-    on the CPU (per-run DP standardisation included), where it is faster than torch's gather
-    and products: steps whose samples hold at least n rows (``sampled_per_step``: every run's
-    expected sampled rows, over all its samples) of at least 16 features (docs/batched.md,
-    "The compiled data pass").  ``COMPILED_SCAN`` overrides the speed rule."""
-    if device.type != "cpu":
-        return False
-    if COMPILED_SCAN is not None:
-        return COMPILED_SCAN
-    return sampled_per_step >= SCAN_MIN_COVERAGE * max(rows.n, 1) and rows.d >= SCAN_MIN_FEATURES
+    on the CPU, for every group and every run alone (a group of one), per-run DP
+    standardisation included; torch's gather and products on an accelerator (docs/batched.md,
+    "One path").  ``COMPILED_SCAN = False`` forces torch's path on the CPU (tests)."""
+    return device.type == "cpu" and COMPILED_SCAN is not False
+
 
 #: MethodSpec fields that may differ between the runs of a group (everything else must match);
 #: ``train_size``: each run's released n~ under scope=model (its own q = B / n~, sampled by
@@ -123,10 +120,19 @@ class Member:
 def supports(data: TabularData, model: nn.Module) -> bool:
     """Whether a run can join a group: in-memory features and logistic regression.  Not
     ``dataset=table`` (its missing-value rule and its predictor artifact need the run's own
-    standardised X: it trains alone)."""
+    standardised X: it trains alone, on this engine too, :func:`trains_alone_here`)."""
+    return trains_alone_here(data, model) and "schema" not in data.meta
+
+
+def trains_alone_here(data: TabularData, model: nn.Module, device: torch.device | None = None) -> bool:
+    """Whether a run alone trains on this engine, as a group of one (docs/batched.md, "One
+    path"): a classification task's in-memory features, logistic regression, and (``device``
+    given) the CPU, where the compiled data pass makes its numbers those of the same run in
+    any group."""
     from raco_cli.models import linear_layer
 
-    return isinstance(data.X, np.ndarray) and linear_layer(model) is not None and "schema" not in data.meta
+    return (isinstance(data.X, np.ndarray) and data.target is None and linear_layer(model) is not None
+            and (device is None or compiled_scan_applies(device)))
 
 
 def check_group(members: Sequence[Member]) -> None:
@@ -151,99 +157,55 @@ def check_group(members: Sequence[Member]) -> None:
             raise ValueError("runs of a group must all or none standardise the same numeric columns")
 
 
-class GroupRows:
-    """The training rows of a group, packed once as ``X | onehot(y) | norm | onehot(cell)``
-    with a zero pad row at index n (what padded sample slots gather).
-
-    ``norm`` is ``sqrt(|x|^2 + 1)`` (the row norm of the closed-form linear gradient), or, when
-    the runs standardise the first m columns each their own way, ``|x[m:]|^2`` (each run adds
-    its own standardised part).  Rows with a non-finite feature are neutralised as
-    :class:`raco_cli.methods.training.Rows` does: zero features, infinite norm, no cell (unless
-    ``neutralise_cells`` is false).
-    """
-
-    def __init__(
-        self, data: TabularData, idx: np.ndarray, cells: np.ndarray, scalings: Sequence[tuple[np.ndarray, np.ndarray] | None],
-        device: torch.device, *, n_cells: int, neutralise_cells: bool = True,
-    ) -> None:
-        n = len(idx)
-        X = torch.as_tensor(np.asarray(data.X[idx]).reshape(n, -1), dtype=torch.float32, device=device)
-        self.m = len(scalings[0][0]) if scalings and scalings[0] is not None else 0
-        m = self.m
-        # a NaN in a publicly scaled column stays NaN after standardising; an inf is clipped
-        bad = ~torch.isfinite(X[:, m:]).all(dim=1, keepdim=True)
-        if m:
-            bad |= torch.isnan(X[:, :m]).any(dim=1, keepdim=True)
-        X = torch.where(bad, torch.zeros_like(X), X)
-        rest = X[:, m:]
-        sq = (rest * rest).sum(dim=1, keepdim=True)
-        norm = torch.where(bad, torch.full_like(sq, float("inf")), sq if m else torch.sqrt(sq + 1.0))
-        y = torch.as_tensor(data.y[idx], dtype=torch.long, device=device)
-        onehot = nn.functional.one_hot(y, data.n_classes).float()
-        cellhot = nn.functional.one_hot(torch.as_tensor(cells, dtype=torch.long, device=device), n_cells).float() if n_cells else X[:, :0]
-        if neutralise_cells:  # (DP-FERMI keeps the group of such a row, as its one-run loop does)
-            cellhot = cellhot * ~bad
-        packed = torch.cat([X, onehot, norm, cellhot], dim=1)
-        self.packed = torch.cat([packed, torch.zeros_like(packed[:1])])  # the pad row, index n
-        # the gathered rows of a step (R x 2B rows: ~80 MB for 160 runs on Adult) go into one
-        # reused buffer: a fresh array that large is mapped anew and page-faulted every step,
-        # which was about a third of the gather
-        self._buffer = self.packed.new_empty((0, self.packed.shape[1]))
-        self.n, self.d, self.K, self.Q, self.device = n, X.shape[1], data.n_classes, n_cells, device
-        if m:
-            self.mean = np.stack([s[0] for s in scalings])[:, None, :]  # type: ignore[index]
-            self.std = np.stack([s[1] for s in scalings])[:, None, :]  # type: ignore[index]
-
-    def gather(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
-        """The rows of ``idx`` (R, L) (``n`` = pad): ``X`` (R, L, d), ``onehot`` (R, L, K),
-        ``xnorm`` (R, L), ``cellhot`` (R, L, Q) and ``valid`` (R, L) bool.
-
-        The returned tensors are views of a buffer the next ``gather`` overwrites: use them
-        within the step."""
-        R, L = idx.shape
-        if len(self._buffer) < R * L:  # grown to the largest step so far (+1/8: batch sizes vary)
-            self._buffer = self.packed.new_empty((R * L + R * L // 8, self.packed.shape[1]))
-        P = torch.index_select(self.packed, 0, torch.as_tensor(idx.reshape(-1), device=self.device), out=self._buffer[: R * L])
-        P = P.view(R, L, -1)
-        d, K, m = self.d, self.K, self.m
-        norm = P[..., d + K]
-        if m:  # each run's standardisation of its rows (as dp_standardize writes them)
-            num = torch.from_numpy(standardize_columns(P[..., :m].cpu().numpy(), self.mean, self.std)).to(P.device)
-            num = torch.where(torch.isinf(norm)[..., None], torch.zeros_like(num), num)  # neutralised rows stay zero
-            P[..., :m] = num
-            norm = torch.sqrt(norm + (num * num).sum(dim=-1) + 1.0)
-        valid = torch.as_tensor(idx < self.n, device=P.device)
-        return {"X": P[..., :d], "onehot": P[..., d : d + K], "xnorm": norm, "cellhot": P[..., d + K + 1 : d + K + 1 + self.Q],
-                "valid": valid}
-
-
 class GroupEvaluator:
     """Exact logits of every run on every split, then :func:`evaluate_many`.
 
     ``model_scope``: train is not evaluated and validation only counts correct predictions
     (what :class:`raco_cli.methods.training.Checkpoints` uses in ``privacy.scope=model``).
+
+    On the CPU the logits come from the compiled :func:`raco_cli.methods.batched_scan.eval_logits`
+    (each logit's products added in column order: a run's evaluation is the same alone or in a
+    group, docs/batched.md); on an accelerator from one matrix product per split, the runs' DP
+    standardisation folded into their weights.
     """
 
     def __init__(self, data: TabularData, members: Sequence[Member], device: torch.device, *, model_scope: bool) -> None:
         self.data, self.members, self.model_scope = data, members, model_scope
         self.m = len(members[0].scaling[0]) if members[0].scaling is not None else 0
+        self.compiled = device.type == "cpu" and COMPILED_SCAN is not False
         self.X: dict[str, torch.Tensor] = {}
-        for split in SPLITS:
-            if model_scope and split == "train":
-                continue
+        self.XT: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # compiled: (rows transposed (d, n), their u (m, n))
+        for split in self.splits(model_scope, members):
             idx = np.asarray(data.splits[split])
             X = np.asarray(data.rows(idx), dtype=np.float32).reshape(len(idx), -1)
+            if self.compiled:
+                self.XT[split] = (np.ascontiguousarray(X.T), np.ascontiguousarray(unit_columns(X[:, : self.m]).T))
+                continue
             if self.m:  # u = (x + 1) / 2 of the public columns: the standardisation folds into the weights
                 X = X.copy()
                 X[:, : self.m] = np.clip((X[:, : self.m].astype(np.float64) + 1.0) / 2.0, 0.0, 1.0).astype(np.float32)
             self.X[split] = torch.as_tensor(X, device=device)
         # each split's labels, groups and what the evaluations derive from them alone, once
-        self.labels = {split: (data.y[np.asarray(data.splits[split])], data.group[np.asarray(data.splits[split])]) for split in self.X}
+        splits = self.XT if self.compiled else self.X
+        self.labels = {split: (data.y[np.asarray(data.splits[split])], data.group[np.asarray(data.splits[split])]) for split in splits}
         self.constants = {split: split_constants(y, g, members[0].constraints, len(data.group_names))
                           for split, (y, g) in self.labels.items()} if data.n_classes == 2 else {}
+        mean = np.stack([mb.scaling[0] for mb in members]).astype(np.float64) if self.m else np.zeros((len(members), 0))  # type: ignore[index]
+        std = np.stack([mb.scaling[1] for mb in members]).astype(np.float64) if self.m else np.ones((len(members), 0))  # type: ignore[index]
+        self.scaling_np = (np.ascontiguousarray(mean), np.ascontiguousarray(std))
         if self.m:
-            self.mean = torch.as_tensor(np.stack([mb.scaling[0] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
-            self.std = torch.as_tensor(np.stack([mb.scaling[1] for mb in members]), dtype=torch.float64, device=device)  # type: ignore[index]
+            self.mean = torch.as_tensor(mean, dtype=torch.float64, device=device)
+            self.std = torch.as_tensor(std, dtype=torch.float64, device=device)
+
+    @staticmethod
+    def splits(model_scope: bool, members: Sequence[Member]) -> tuple[str, ...]:
+        """The splits the runs' records read (as :class:`raco_cli.methods.training.Checkpoints`
+        evaluates them): every split in ``privacy.scope=paper``; under ``model`` the test split,
+        and validation's correct counts when a run selects its checkpoint privately."""
+        if not model_scope:
+            return SPLITS
+        noisy_selection = any(m.spec.selection == "best_feasible" for m in members)
+        return ("val", "test") if noisy_selection else ("test",)
 
     @torch.no_grad()
     def logits(self, W: torch.Tensor, b: torch.Tensor, split: str) -> np.ndarray:
@@ -253,11 +215,21 @@ class GroupEvaluator:
         (each run's margins contiguous: the evaluation converts them to float64 a chunk of runs
         at a time, in cache, instead of transposing a (n, R) product)."""
         R, K, d = W.shape
+        if self.compiled:
+            from raco_cli.methods.batched_scan import eval_logits, margin_weights
+
+            rows, u = self.XT[split]
+            mean, std = self.scaling_np
+            W_np, b_np = W.numpy(), b.numpy()
+            if K == 2:
+                Wm, bm = margin_weights(W_np, b_np)
+                return eval_logits(rows, u, mean, std, Wm, bm)[:, 0, :]  # (R, n)
+            return eval_logits(rows, u, mean, std, W_np, b_np).transpose(0, 2, 1).astype(np.float64)
         if self.m:  # x_std = (u - mean) / std: W_num x_std = (W_num / std) u - W_num mean / std
             Wn = W[..., : self.m].double()
-            std, mean = self.std[:, None, :], self.mean[:, None, :]
-            W = torch.cat([(Wn / std).float(), W[..., self.m :]], dim=2)
-            b = (b.double() - (Wn * mean / std).sum(dim=2)).float()
+            std_t, mean_t = self.std[:, None, :], self.mean[:, None, :]
+            W = torch.cat([(Wn / std_t).float(), W[..., self.m :]], dim=2)
+            b = (b.double() - (Wn * mean_t / std_t).sum(dim=2)).float()
         X = self.X[split]
         if K == 2:
             return torch.addmm((b[:, 1] - b[:, 0])[:, None], W[:, 1] - W[:, 0], X.t()).cpu().numpy()  # (R, n)
@@ -270,7 +242,7 @@ class GroupEvaluator:
         out: list[dict[str, Any]] = [{} for _ in range(R)]
         data = self.data
         binary = W.shape[1] == 2
-        for split in self.X:
+        for split in self.labels:
             y, group = self.labels[split]
             Z = self.logits(W, b, split)
             if self.model_scope and split == "val":  # only the correct count is used (privately)
@@ -329,11 +301,13 @@ class GroupOptimizer:
                 st["buf"] = g.clone() if "buf" not in st else st["buf"] * mom + g
                 p.add_(st["buf"] * self._per_run(-self.lr, p))
                 continue
+            # (one IEEE operation per call: a fused lerp or addcmul may round its vectorised
+            # entries and its last few apart, and a run's entries sit anywhere in the group's tensor)
             beta1, beta2, eps = 0.9, 0.999, 1e-8
             if "m" not in st:
                 st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
-            st["m"].lerp_(g, 1 - beta1)
-            st["v"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            st["m"].add_((g - st["m"]) * (1 - beta1))
+            st["v"].mul_(beta2).add_(g * g * (1 - beta2))
             step_size = self.lr / (1 - beta1**self.t)
             denom = (st["v"].sqrt() / (1 - beta2**self.t) ** 0.5).add_(eps)
             p.add_(st["m"] / denom * self._per_run(-step_size, p))
@@ -420,18 +394,6 @@ def group_logits(W: torch.Tensor, b: torch.Tensor, X: torch.Tensor) -> torch.Ten
     return torch.baddbmm(b.unsqueeze(2), W, X.transpose(1, 2))
 
 
-@dataclass
-class GroupSum:
-    """Clipped per-sample gradient sums of R runs (:class:`raco_cli.methods.gradients.ClippedSum`
-    per run), statistics (R,)."""
-
-    grad_w: torch.Tensor  # (R, K, d)
-    grad_b: torch.Tensor  # (R, K)
-    clipped: torch.Tensor
-    norm_sum: torch.Tensor
-    nonfinite: torch.Tensor
-
-
 @torch.no_grad()
 def clipped_sums(
     rows: dict[str, torch.Tensor], z: torch.Tensor, c: torch.Tensor | None, *, reg_temp: torch.Tensor | None,
@@ -443,7 +405,7 @@ def clipped_sums(
     ``sum_i g_i x_i^T`` as one batched product.
 
     Args:
-        rows: :meth:`GroupRows.gather` of the gradient batches.
+        rows: :meth:`raco_cli.methods.group_rows.GroupRows.gather` of the gradient batches.
         z: (R, K, L) class-major logits of those rows.
         c: (R, K, L) regularizer weights of the rows, or None.
         reg_temp: (R, 1, 1) ``reg_scale * tau`` per run (with ``c``).
@@ -476,7 +438,9 @@ def clipped_sums(
 
 
 def initial_parameters(members: Sequence[Member], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[nn.Linear]]:
-    """Each run's model initialised from its init seed (as alone), stacked: W (R, K, d), b (R, K)."""
+    """Each run's model initialised from its init seed (as alone), stacked: W (R, K, d), b (R, K).
+    Each run's layer then holds views of its rows of W and b, so its model shows the run's
+    parameters at every step (a release hook reads them, as in the one-run loop)."""
     from raco_cli.models import linear_layer
 
     layers = []
@@ -486,6 +450,8 @@ def initial_parameters(members: Sequence[Member], device: torch.device) -> tuple
         layers.append(linear_layer(m.model))
     W = torch.stack([layer.weight.detach().clone() for layer in layers])
     b = torch.stack([layer.bias.detach().clone() for layer in layers])
+    for r, layer in enumerate(layers):
+        layer.weight.data, layer.bias.data = W[r], b[r]
     return W, b, layers
 
 
@@ -514,11 +480,9 @@ class GroupCheckpoints:
                due: np.ndarray | None = None) -> None:
         """Evaluate the group; record the runs ``due`` (default all) at ``step``."""
         metrics = self.evaluator.evaluate(W, b)
-        for r, (run, layer) in enumerate(zip(self.runs, self.layers)):
+        for r, run in enumerate(self.runs):  # (each run's layer views its rows of W and b: initial_parameters)
             if due is not None and not due[r]:
                 continue
-            layer.weight.copy_(W[r])
-            layer.bias.copy_(b[r])
             run.record(step, [float(v) for v in lam[r]], window=windows[r], metrics=metrics[r])
 
     @torch.no_grad()
@@ -537,21 +501,26 @@ class GroupCheckpoints:
         return [run.finish(metrics[r] if a is not None else None) for r, (run, a) in enumerate(zip(self.runs, averaged))]
 
 
-def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool) -> None:
-    """The group's step to its reporter (a progress bar); each run's, at evaluations only
-    (heartbeats: a step report per run per step would cost more than the step)."""
+def report_step(reporter: Reporter | None, members: Sequence[Member], t: int, steps: int, *, evaluate: bool,
+                batch: np.ndarray | None = None) -> None:
+    """The group's step to its reporter (a progress bar); each run's at evaluations only
+    (heartbeats: a step report per run per step would cost more than the step), a run alone's
+    at every step with its batch size ``batch[0]`` (as the one-run loop reports it)."""
     if reporter is not None:
         reporter.on_step(t, steps, {})
-    if evaluate:
+    if len(members) == 1 and batch is not None:
+        members[0].reporter.on_step(t, steps, {"batch": float(batch[0])})
+    elif evaluate:
         for m in members:
             m.reporter.on_step(t, steps, {})
 
 
-def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, norm_sum: torch.Tensor, nonfinite: torch.Tensor,
+def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: Any, norm_sum: Any, nonfinite: Any,
               clock: StepClock, sample_rate: float) -> dict[str, Any]:
     """Run r's statistics, as the one-run loop reports them; step times are its share of the
-    group's step (1/R), with the group's step time beside them."""
+    group's step (1/R), with the group's step time beside them (a run alone: none)."""
     R, n_rows = len(rows), int(rows[r])
+    grouped = {"batched": {"runs": R, "group_step_ms": clock.steady_ms}} if R > 1 else {}
     return {
         "mean_batch_size": float(n_rows) / max(steps, 1),
         "clip_fraction": float(clipped[r]) / max(n_rows, 1),
@@ -560,6 +529,6 @@ def run_stats(r: int, *, steps: int, rows: np.ndarray, clipped: torch.Tensor, no
         "time_per_step_ms": clock.steady_ms / R,
         "first_step_ms": clock.first_ms / R,
         "throughput_images_per_s": float(n_rows) * R / clock.total_s if clock.total_s > 0 else 0.0,
-        "batched": {"runs": R, "group_step_ms": clock.steady_ms},
+        **grouped,
         "sample_rate": sample_rate,
     }

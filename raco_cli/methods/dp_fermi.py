@@ -223,7 +223,27 @@ def w_gradient_sum(
 def w_distances(W: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """``|W[:, j] - e_r s_r|^2`` for every group r and class j, shape (..., k, l) of W (..., k, l)
     and s (..., k): a row of group r has W-gradient norm ``2 sqrt(sum_j F_j^2 dist[r, j])``."""
-    return (W * W).sum(dim=-2, keepdim=True) - 2.0 * W * s[..., None] + (s * s)[..., None]
+    return group_sums(W * W) - 2.0 * W * s[..., None] + (s * s)[..., None]
+
+
+def group_sums(X: torch.Tensor) -> torch.Tensor:
+    """``X`` (..., k, l) summed over its groups (..., 1, l), group after group: a sum in one
+    fixed order, so a run's W player is the same alone and in a group (a reduction's order
+    may depend on the shape of the whole tensor)."""
+    total = X[..., :1, :]
+    for r in range(1, X.shape[-2]):
+        total = total + X[..., r : r + 1, :]
+    return total
+
+
+def frobenius_norms(X: torch.Tensor) -> torch.Tensor:
+    """The Frobenius norm of each run's (k, l) block of ``X`` (R, k, l), shape (R,), its squares
+    added entry after entry (see :func:`group_sums`)."""
+    flat = X.reshape(len(X), -1)
+    total = flat[:, 0] * flat[:, 0]
+    for j in range(1, flat.shape[1]):
+        total = total + flat[:, j] * flat[:, j]
+    return torch.sqrt(total)
 
 
 def w_gradient(W: torch.Tensor, s: torch.Tensor, by_group: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
@@ -258,6 +278,11 @@ def fit(
     device: torch.device,
     reporter: Reporter,
 ) -> TrainResult:
+    from raco_cli.methods import batched
+
+    if batched.trains_alone_here(data, model, device):  # a group of one: the same numbers as in any group (docs/batched.md)
+        return fit_many(data, [batched.Member(model=model, constraints=constraints, spec=spec, seeds=seeds, reporter=reporter)],
+                        steps=steps, device=device)[0]
     validate(spec, constraints, data)
     o = options(spec)
     if spec.clip_norm is None or spec.noise_multiplier is None:
@@ -372,6 +397,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
     :func:`raco_cli.methods.sgda.batched.run_core`): it records nothing after it, and its W
     player and counters stay as at its T."""
     from raco_cli.methods import batched
+    from raco_cli.methods.group_rows import GroupRows
 
     batched.check_group(members)
     R, specs = len(members), [m.spec for m in members]
@@ -390,7 +416,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
     q = np.array([min(1.0, sp.batch_size / sp.size_of(n)) for sp in specs])
     expected_batch = q * np.array([sp.size_of(n) for sp in specs])
     groups = data.group[train_idx]
-    rows = batched.GroupRows(data, train_idx, groups, [m.scaling for m in members], device, n_cells=k, neutralise_cells=False)
+    rows = GroupRows(data, train_idx, groups, [m.scaling for m in members], device, n_cells=k, neutralise_cells=False)
     W, b, layers = batched.initial_parameters(members, device)
     optimizer = batched.GroupOptimizer(specs, device)
     g_sample = [sampling_generator(m.seeds.sampling, secure=m.spec.secure_rng) for m in members]
@@ -412,9 +438,9 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
     step_w = np.array([sp.lr_dual / e for sp, e in zip(specs, expected_batch)])
     radius = np.array([o["w_radius"] for o in opts])
     has_w = torch.as_tensor(with_w, device=device).view(R, 1, 1)
-    scan = None  # the compiled data pass (methods/batched_scan.py) where it is faster: theta's
+    scan = None  # the compiled data pass (methods/batched_scan.py) on the CPU: theta's
     # regularizer weights are each row's A[g_i], RaCO-DP's cell weights at tau = 1
-    if batched.compiled_scan_applies(rows, R * float(np.max(expected_batch)), device):
+    if batched.compiled_scan_applies(device):
         from raco_cli.methods.batched_scan import Scan
 
         scan = Scan(rows, R)
@@ -440,7 +466,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
         else:
             idx, lengths = poisson_sample_many(n, q, g_sample)
         with torch.no_grad():
-            A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - (Wd * Wd).sum(dim=1)[:, None, :], torch.zeros_like(Wd))  # (R, k, l)
+            A = torch.where(has_w, 2.0 * Wd * s[:, :, None] - group_sums(Wd * Wd), torch.zeros_like(Wd))  # (R, k, l)
             if scan is not None:
                 scan.logits(W, b)
                 res = scan.clipped_sums(A.numpy(), lams_np, ones, clip_np)
@@ -477,7 +503,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
         optimizer.step([W, b], grads, scale=1.0 / expected_batch)
         if w_runs:
             stepped = Wd.index_select(0, sel) + torch.as_tensor(step_w[w_runs], dtype=torch.float32, device=device).view(-1, 1, 1) * noisy_w
-            norms = stepped.reshape(len(w_runs), -1).norm(dim=1).double().cpu().numpy()
+            norms = frobenius_norms(stepped).double().cpu().numpy()
             factor = np.where(norms > radius[w_runs], radius[w_runs] / np.where(norms > 0, norms, 1.0), 1.0)
             scaled = torch.where(torch.as_tensor(norms > radius[w_runs], device=device).view(-1, 1, 1),
                                  stepped * torch.as_tensor(factor, dtype=torch.float32, device=device).view(-1, 1, 1), stepped)
@@ -489,7 +515,7 @@ def fit_many(data: TabularData, members, *, steps: int | Sequence[int], device: 
             torch.cuda.synchronize(device)
         clock.add(time.perf_counter() - t0)
         batch_sum += lengths[:, 0] * active
-        batched.report_step(reporter, members, t, last, evaluate=evaluate_now)
+        batched.report_step(reporter, members, t, last, evaluate=evaluate_now, batch=lengths[:, 0])
         if evaluate_now:
             record(t, due)
 

@@ -61,15 +61,38 @@ def logistic_terms(margin: np.ndarray, y: np.ndarray, temperatures: np.ndarray |
     """
     import torch
 
-    d = torch.from_numpy(np.ascontiguousarray(margin, dtype=np.float64))
+    d = np.ascontiguousarray(margin, dtype=np.float64)
     sign = torch.from_numpy(1.0 - 2.0 * np.asarray(y, dtype=np.float64))
+    nll = np.empty_like(d)
+    p1 = None if temperatures is None else np.empty_like(d)
+    temps = None if temperatures is None else np.broadcast_to(np.asarray(temperatures, dtype=np.float64), (len(d),))
     with torch.no_grad():
-        nll = torch.nn.functional.softplus(d * sign, beta=1.0, threshold=40.0).clamp_(max=-np.log(1e-300))
-        if temperatures is None:
-            return nll.numpy(), None
-        temps = np.asarray(temperatures, dtype=np.float64)
-        p1 = torch.sigmoid(d if np.all(temps == 1.0) else d * torch.from_numpy(temps)[:, None])
-    return nll.numpy(), p1.numpy()
+        # one run's row at a time: torch's vectorised loops compute a tensor's last few
+        # entries apart, so a run's values would depend on its place among the others
+        for r, row in enumerate(torch.from_numpy(d)):
+            nll[r] = torch.nn.functional.softplus(row * sign, beta=1.0, threshold=40.0).clamp_(max=-np.log(1e-300)).numpy()
+            if p1 is not None and temps is not None:
+                p1[r] = torch.sigmoid(row if temps[r] == 1.0 else row * float(temps[r])).numpy()
+    return nll, p1
+
+
+def cell_sums(values: np.ndarray, rows_of: Sequence[np.ndarray]) -> np.ndarray:
+    """``sum_{i in cell q} values[..., i]`` (..., Q) for each cell's rows ``rows_of[q]``: each
+    run's sum over its own values (numpy's pairwise sum along a row), so a run's histogram is
+    the same whatever the other runs beside it (a matrix product's blocking depends on them).
+
+    >>> cell_sums(np.array([[0.5, 0.25, 1.0]]), [np.array([0, 2]), np.array([1])]).tolist()
+    [[1.5, 0.25]]
+    """
+    out = np.empty((*values.shape[:-1], len(rows_of)))
+    for q, rows in enumerate(rows_of):
+        out[..., q] = np.ascontiguousarray(np.take(values, rows, axis=-1)).sum(axis=-1)  # (a C-order copy: numpy sums a row pairwise)
+    return out
+
+
+def rows_by_cell(cells: np.ndarray, Q: int) -> list[np.ndarray]:
+    """The rows of each of Q cells, from each row's cell ``cells`` (n,)."""
+    return [np.flatnonzero(cells == q) for q in range(Q)]
 
 
 def _group_rates(event: np.ndarray, cond: np.ndarray, onehot_group: np.ndarray) -> np.ndarray:
@@ -174,6 +197,7 @@ class SplitConstants:
     cell_rows: np.ndarray  # (G, 2) rows per (group, label)
     cellhot: np.ndarray | None  # (n, Q) one-hot constraint cells (None: no constraint)
     cell_n: np.ndarray | None  # (Q,) rows per constraint cell
+    cell_rows_of: list[np.ndarray] | None = None  # the rows of each constraint cell
 
 
 def split_constants(y: np.ndarray, group: np.ndarray, constraints: ConstraintSet, n_groups: int) -> SplitConstants:
@@ -181,9 +205,11 @@ def split_constants(y: np.ndarray, group: np.ndarray, constraints: ConstraintSet
     y, group = np.asarray(y), np.asarray(group)
     group_hot = _onehot(group, n_groups)
     by_label = _by_label(y, group_hot)
-    cellhot = None if constraints.is_empty else _onehot(constraints.cells(y, group), constraints.Q)
+    cells = None if constraints.is_empty else constraints.cells(y, group)
+    cellhot = None if cells is None else _onehot(cells, constraints.Q)
     return SplitConstants(group_hot=group_hot, by_label=by_label.astype(np.float32), cell_rows=by_label.sum(axis=0).reshape(n_groups, 2),
-                          cellhot=cellhot, cell_n=None if cellhot is None else cellhot.sum(axis=0))
+                          cellhot=cellhot, cell_n=None if cellhot is None else cellhot.sum(axis=0),
+                          cell_rows_of=None if cells is None else rows_by_cell(cells, constraints.Q))
 
 
 def _by_label(y: np.ndarray, onehot_group: np.ndarray) -> np.ndarray:
@@ -286,10 +312,10 @@ def evaluate_many(
         nll = -np.log(np.clip(np.take_along_axis(p, np.broadcast_to(y[None, None, :], (R, 1, n)), axis=1)[:, 0], 1e-300, None))
     hists = []
     if not constraints[0].is_empty:
-        cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
+        rows_of = rows_by_cell(constraints[0].cells(y, group), constraints[0].Q)
         temps = np.asarray(temperatures, dtype=np.float64)[:, None, None]
         hard = (pred[:, None, :] == np.arange(K)[None, :, None]).astype(np.float64)
-        hists = [np.matmul(probs, cellhot).transpose(0, 2, 1) for probs in (hard, softmax(zt, temps, axis=1))]  # (R, Q, K)
+        hists = [cell_sums(probs, rows_of).transpose(0, 2, 1) for probs in (hard, softmax(zt, temps, axis=1))]  # (R, Q, K)
     return _assemble(y, group, pred, nll, hists, p.transpose(0, 2, 1) if robust else None, n_classes=K, constraints=constraints,
                      group_names=group_names, class_names=class_names)
 
@@ -317,13 +343,15 @@ def evaluate_binary_many(
     nll, soft = logistic_terms(d, y, None if constraints[0].is_empty else np.asarray(temperatures, dtype=np.float64))
     hists = []
     if soft is not None:
-        if split is not None and split.cellhot is not None:
-            cellhot, cell_n = split.cellhot, split.cell_n
+        if split is not None and split.cellhot is not None and split.cell_rows_of is not None:
+            cellhot, cell_n, rows_of = split.cellhot, split.cell_n, split.cell_rows_of
         else:
-            cellhot = _onehot(constraints[0].cells(y, group), constraints[0].Q)
+            cells = constraints[0].cells(y, group)
+            cellhot, rows_of = _onehot(cells, constraints[0].Q), rows_by_cell(cells, constraints[0].Q)
             cell_n = cellhot.sum(axis=0)  # (Q,) rows per cell: class-0 mass = rows - class-1 mass
-        for p1 in (pred.astype(np.float64), soft):
-            ones = p1 @ cellhot
+        # the hard rates' counts are exact integers whatever the order (one product); the soft
+        # rates' sums each run's own (cell_sums)
+        for ones in (pred.astype(np.float64) @ cellhot, cell_sums(soft, rows_of)):
             hists.append(np.stack([cell_n - ones, ones], axis=2))  # (R, Q, 2)
     probs = None
     if robust:
@@ -398,14 +426,26 @@ def _assemble(
 
 def _gamma_post_many(constraints: ConstraintSet, H: np.ndarray) -> np.ndarray:
     """``Gamma_post_j`` (paper eq. 12) of R exact histograms H (R, Q, K) at once, shape (R, J):
-    :meth:`ConstraintSet.gamma_post` with ``floor=None`` (an empty subset gives NaN) per run."""
-    R = H.shape[0]
-    J, M, K = constraints.alpha.shape
-    num = np.matmul(constraints.membership, H)  # (R, M, K): sum_{i in I} H[i, k]
-    denom = H.sum(axis=2) @ constraints.membership.T  # (R, M): |B_I|
+    :meth:`ConstraintSet.gamma_post` with ``floor=None`` (an empty subset gives NaN) per run.
+    Every sum adds its terms in one fixed order, vectorised over the runs only: a run's values
+    are the same whatever the other runs beside it."""
+    R, Q, K = H.shape
+    J, M, _ = constraints.alpha.shape
+    membership, alpha = constraints.membership, constraints.alpha
+    num = np.zeros((R, M, K))  # sum_{i in I} H[i, k]
+    for m in range(M):
+        for q in np.flatnonzero(membership[m]):
+            num[:, m] += membership[m, q] * H[:, q]
+    denom = np.zeros((R, M))  # |B_I|
+    for k in range(K):
+        denom += num[:, :, k]
     with np.errstate(invalid="ignore", divide="ignore"):
         rates = num / np.where(denom == 0, np.nan, denom)[:, :, None]
-    return rates.reshape(R, M * K) @ constraints.alpha.reshape(J, M * K).T
+    out = np.zeros((R, J))
+    for j in range(J):
+        for m, k in zip(*np.nonzero(alpha[j])):
+            out[:, j] += rates[:, m, k] * alpha[j, m, k]
+    return out
 
 
 def _max_rows(values: np.ndarray) -> list[float]:

@@ -1,5 +1,5 @@
 """A grouped sweep (one launcher job trains its runs as one problem) writes what an
-ungrouped sweep writes: same run directories, summaries (to 1e-6), config hashes and MLflow runs."""
+ungrouped sweep writes: same run directories, summaries (to the last bit), config hashes and MLflow runs."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def _close(a, b, path=""):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
             _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, abs_tol=1e-6), (path, a, b)
-    else:
+    elif isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        assert math.isnan(b), (path, a, b)
+    else:  # to the last bit: a grouped run and the run alone are one computation (docs/batched.md, "One path")
         assert a == b, (path, a, b)
 
 
@@ -73,7 +73,7 @@ def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
 def test_seeds_of_a_planned_scope_model_sweep_train_together_as_each_alone(tmp_path, method, seeds):
     """privacy.scope=model, T planned from each seed's released n~ (RaCO-DP: T 79-88): the runs
     within MIXED_STEPS_SPREAD of the smallest T train as one group to its largest T, and every
-    summary equals the ungrouped sweep's (1e-6).  With 8 seeds on 2 cores or more the group
+    summary equals the ungrouped sweep's (to the last bit).  With 8 seeds on 2 cores or more the group
     plans its runs in parallel (planning.plan_ahead)."""
     from raco_cli.cli.paths import cpu_count
     from raco_cli.methods.planning import PLANS_PER_PROCESS

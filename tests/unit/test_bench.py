@@ -48,16 +48,16 @@ def test_a_baseline_outside_the_methods_is_one_line_exit_2(capsys):
 def test_the_shared_suffix_times_the_papers_one_batch_step(capsys, monkeypatch):
     """``raco_dp:shared`` trains with sampling=shared (the default methods time it beside the
     default sampling); its ratio line is printed."""
-    from raco_cli.methods.sgda import core
+    from raco_cli.methods.sgda import batched
 
     seen: list[tuple[str, str]] = []
-    run = core.run
+    run = batched.run_one
 
     def spy(data, model, constraints, spec, **kw):
         seen.append((spec.name, spec.sampling))
         return run(data, model, constraints, spec, **kw)
 
-    monkeypatch.setattr(core, "run", spy)
+    monkeypatch.setattr(batched, "run_one", spy)
     assert bench.main(["--steps", "3", "--reps", "1", "--batched", "", "--no-opacus"]) == 0
     assert set(seen) == {("raco_dp", "independent"), ("raco_dp", "shared"), ("dp_sgd", "independent")}
     out = capsys.readouterr().out

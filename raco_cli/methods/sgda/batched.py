@@ -1,7 +1,8 @@
 """The SGDA loop (:func:`raco_cli.methods.sgda.core.run`) of a sweep group's R runs at once, on
-the batched engine (:mod:`raco_cli.methods.batched`): what ``fit_many`` of raco_dp, dp_sgd,
-sgd and sgda runs.  Each run draws its batches and noise in the one-run loop's order, so it
-computes what it computes alone up to float summation order (docs/batched.md).
+the batched engine (:mod:`raco_cli.methods.batched`): what ``fit_many`` of raco_dp, dp_sgd, sgd
+and sgda runs, and (:func:`run_one`) their ``fit`` of logistic regression on the CPU, a run
+alone as a group of one.  A run computes the same numbers alone and in any group
+(docs/batched.md, "One path").
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from raco_cli.constraints.rate import ConstraintSet
 from raco_cli.data.types import TabularData
-from raco_cli.methods.base import Reporter, TrainResult
+from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult
 from raco_cli.methods.batched import (
     GroupCheckpoints,
     GroupOptimizer,
-    GroupRows,
     Member,
     check_group,
     clipped_sums,
@@ -33,7 +34,9 @@ from raco_cli.methods.batched import (
     per_run,
     report_step,
     run_stats,
+    trains_alone_here,
 )
+from raco_cli.methods.group_rows import GroupRows
 from raco_cli.methods.sgda import core
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
@@ -48,6 +51,18 @@ def _windows(violation_sum: np.ndarray | None, count: np.ndarray) -> list[tuple[
     if violation_sum is None:
         return [None] * len(count)
     return [(violation_sum[r].copy(), int(c)) if c else None for r, c in enumerate(count)]
+
+
+def run_one(data: TabularData, model: torch.nn.Module, constraints: ConstraintSet, spec: MethodSpec, *, flags: core.CoreFlags,
+            steps: int, seeds: Seeds, device: torch.device, reporter: Reporter) -> TrainResult:
+    """One run of the SGDA loop: logistic regression on in-memory rows on the CPU trains as a
+    group of one on the batched engine (:func:`run_core`), so its numbers are those of the same
+    run in any sweep group (one path: docs/batched.md); any other model or device takes the
+    one-run loop (:func:`raco_cli.methods.sgda.core.run`)."""
+    if trains_alone_here(data, model, device):
+        member = Member(model=model, constraints=constraints, spec=spec, seeds=seeds, reporter=reporter)
+        return run_core(data, [member], flags=flags, steps=steps, device=device)[0]
+    return core.run(data, model, constraints, spec, flags=flags, steps=steps, seeds=seeds, device=device, reporter=reporter)
 
 
 def run_core(
@@ -103,13 +118,14 @@ def run_core(
     hard = spec0.dual == "hard"
     lr_dual = np.array([s.lr_dual for s in specs])[:, None]
     lambda_max = np.array([s.lambda_max for s in specs])[:, None]
-    floors = np.array([s.denominator_floor for s in specs])[:, None]
+    floors = np.array([s.denominator_floor for s in specs], dtype=np.float64)
 
-    # the step's data pass compiled, the table read in row order (methods/batched_scan.py),
-    # where it is faster than torch's gather and products
+    # the step's data pass compiled, the table read in row order (methods/batched_scan.py):
+    # every run on the CPU, alone or grouped; torch's gather and products on an accelerator
+    from raco_cli.methods.batched_scan import dual_step
+
     scan = None
-    sampled = R * (2 if independent else 1) * float(np.max(expected_batch))
-    if compiled_scan_applies(rows, sampled, device):
+    if compiled_scan_applies(device):
         from raco_cli.methods.batched_scan import Scan
 
         scan = Scan(rows, R)
@@ -118,10 +134,12 @@ def run_core(
         clip_np = clip.reshape(R).numpy() if clip is not None else None
 
     lam = np.zeros((R, cons0.J))
+    # optional release hooks (raco audit, tests), as in the one-run loop: run r's
+    # ``on_release(step, kind, value)`` sees its histogram (Q, K) and its noisy gradient sums
+    hooks = [(r, hook) for r, m in enumerate(members) if (hook := getattr(m.reporter, "on_release", None)) is not None]
     checkpoints = GroupCheckpoints(data, members, layers, device, steps=T.tolist())
-    clipped = torch.zeros(R, dtype=torch.long)
-    norm_sum = torch.zeros(R)
-    nonfinite = torch.zeros(R, dtype=torch.long)
+    clipped, nonfinite = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
+    norm_sum = np.zeros(R, dtype=np.float32)  # (float32 sums, as the one-run loop kept them)
     batch_sum = np.zeros(R, dtype=np.int64)
     clock = StepClock()
     counts = {"laplace_histogram": np.zeros(R, dtype=np.int64), "gaussian_gradient": np.zeros(R, dtype=np.int64)}  # per run
@@ -159,7 +177,10 @@ def run_core(
             if flags.hist_noise:  # paper eq. 9: i.i.d. Laplace on every cell of every run's histogram
                 H = releases.release("histogram", lambda H=H: H + laplace_many(tuple(H.shape[1:]), hist_scale, g_noise).to(device))  # type: ignore[misc]
                 counts["laplace_histogram"] += active
-            weights, g_dual = _dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
+            for r, hook in hooks:  # before the update: theta_{t-1} produced this histogram
+                if active[r]:
+                    hook(t, "histogram", H[r])
+            weights, g_dual = dual_step(membership, alpha, H.cpu().numpy(), lam, floors, gamma)
             violation_sum = g_dual.copy() if violation_sum is None else violation_sum + g_dual
             violation_steps += 1
             if scan is None:
@@ -174,10 +195,9 @@ def run_core(
         else:
             assert z is not None  # (set by the torch branches above)
             res = clipped_sums(grad_rows, z, c, reg_temp=reg_temp, temperature=temperature, clip=clip)
-        on = torch.from_numpy(active)
-        clipped = clipped + torch.where(on, res.clipped.cpu(), 0)
-        norm_sum = norm_sum + torch.where(on, res.norm_sum.cpu(), 0.0)
-        nonfinite = nonfinite + torch.where(on, res.nonfinite.cpu(), 0)
+        clipped += np.where(active, res.clipped.cpu().numpy(), 0)
+        norm_sum += np.where(active, res.norm_sum.cpu().numpy(), 0.0)
+        nonfinite += np.where(active, res.nonfinite.cpu().numpy(), 0)
         grads = [res.grad_w, res.grad_b]
         if flags.private:  # Algorithm 1, line 9, per run: its weight noise, then its bias noise
             counts["gaussian_gradient"] += active
@@ -186,16 +206,19 @@ def run_core(
                 lambda gw=res.grad_w, gb=res.grad_b: [gw + gaussian_many(tuple(gw.shape[1:]), noise_std, g_noise, dtype=gw.dtype),  # type: ignore[misc]
                                                       gb + gaussian_many(tuple(gb.shape[1:]), noise_std, g_noise, dtype=gb.dtype)],
             )
+            for r, hook in hooks:  # the noisy sums, before the update (raco audit's gradient canaries)
+                if active[r]:
+                    hook(t, "gradient", [grads[0][r], grads[1][r]])
         optimizer.step([W, b], grads, scale=1.0 / expected_batch)
         if g_dual is not None:  # paper eq. 12 and line 13, per run
-            lam = np.where(active[:, None], np.clip(lam + lr_dual * g_dual, 0.0, lambda_max), lam)
+            lam = np.where(active[:, None], np.minimum(np.maximum(lam + lr_dual * g_dual, 0.0), lambda_max), lam)  # (clip's values, without its overhead)
         due = active & ((t % spec0.eval_every == 0) | (T == t))  # each run's evaluations, its last step's included
         evaluate_now = bool(due.any())
         if evaluate_now and device.type == "cuda":
             torch.cuda.synchronize(device)
         clock.add(time.perf_counter() - t0)
         batch_sum += lengths[:, -1] * active
-        report_step(reporter, members, t, last, evaluate=evaluate_now)
+        report_step(reporter, members, t, last, evaluate=evaluate_now, batch=lengths[:, -1])
         if evaluate_now:
             record(t, due)
 
@@ -221,18 +244,3 @@ def _histograms(z: torch.Tensor, cellhot: torch.Tensor, *, hard: bool, temperatu
     else:
         probs = torch.nan_to_num(group_softmax(z, temperature), nan=0.0, posinf=0.0, neginf=0.0)
     return torch.bmm(probs, cellhot).transpose(1, 2).double()
-
-
-def _dual_step(
-    membership: np.ndarray, alpha: np.ndarray, H: np.ndarray, lam: np.ndarray, floors: np.ndarray, gamma: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`raco_cli.constraints.rate.ConstraintTensors.step` of R runs: regularizer weights
-    (R, Q, K) and dual gradients ``Gamma_post(H_r) - gamma_r`` (R, J), denominators read from
-    each noisy histogram and clamped to each run's floor."""
-    J, M, K = alpha.shape
-    denom = np.maximum(H.sum(axis=2) @ membership.T, floors)  # clamp_denominators, per run's floor
-    rates = (np.einsum("mq,rqk->rmk", membership, H) / denom[:, :, None]).clip(0.0, 1.0)  # as constraints.rate.rates
-    g = rates.reshape(len(H), M * K) @ alpha.reshape(J, M * K).T - gamma
-    per_subset = (lam @ alpha.reshape(J, M * K)).reshape(len(H), M, K)
-    weights = np.einsum("mq,rmk->rqk", membership, per_subset / denom[:, :, None])
-    return weights, g

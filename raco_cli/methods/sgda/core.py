@@ -74,7 +74,9 @@ def run(
     device: torch.device,
     reporter: Reporter,
 ) -> TrainResult:
-    """Train ``model`` for ``steps`` steps; see the module docstring for one step."""
+    """Train ``model`` for ``steps`` steps; see the module docstring for one step.  The
+    methods' ``fit`` call it through :func:`raco_cli.methods.sgda.batched.run_one`, which trains
+    logistic regression on the CPU on the batched engine instead."""
     if flags.private and (spec.clip_norm is None or spec.noise_multiplier is None):
         raise ValueError("a private run needs clip_norm and noise_multiplier")
     if flags.hist_noise and spec.hist_noise_multiplier is None:

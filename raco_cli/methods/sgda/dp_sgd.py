@@ -24,7 +24,10 @@ def step_event(spec: MethodSpec, sample_rate: float, *, constrained: bool = True
 
 
 def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
-    return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
+    # one path: logistic regression on the CPU trains on the batched engine
+    from raco_cli.methods.sgda import batched
+
+    return batched.run_one(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
 
 
 def fit_many(data, members, *, steps, device, reporter=None):

@@ -35,7 +35,10 @@ def fit(data, model, constraints, spec, *, steps, seeds, device, reporter):
         run = DroRun(data, model, constraints, spec, steps=steps, seeds=seeds, device=device, reporter=reporter, private=False,
                      clipped=o["clipped"])
         return run.finish(dro_sgda.run_sgda(run, o))
-    return core.run(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
+    # one path: logistic regression on the CPU trains on the batched engine
+    from raco_cli.methods.sgda import batched
+
+    return batched.run_one(data, model, constraints, spec, flags=FLAGS, steps=steps, seeds=seeds, device=device, reporter=reporter)
 
 
 def fit_many(data, members, *, steps, device, reporter=None):

@@ -11,10 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raco_cli import constraints, models
-from raco_cli.constraints.rate import ConstraintTensors
+from raco_cli.data.types import SPLITS
 from raco_cli.methods import training
 from raco_cli.methods.base import EvalRecord, MethodSpec, NullReporter, Seeds, select_checkpoint
-from raco_cli.methods.gradients import ClippedSum, LinearEngine
 from raco_cli.methods.sgda import core, dp_sgd, raco_dp, sgda
 
 
@@ -25,13 +24,8 @@ def _fit(module, data, spec, steps, seed=0):
     return res, model
 
 
-def test_gaussian_noise_of_the_update(monkeypatch, synthetic):
+def test_gaussian_noise_of_the_update(engine, zero_gradient_sums, synthetic):
     """With zero per-sample gradients the update is pure noise: std sigma*C*lr/(q n) per coordinate."""
-    def zero_sum(self, X, y=None, c=None, **kw):
-        z = torch.zeros((), dtype=torch.long)
-        return ClippedSum([torch.zeros_like(p) for p in self.params], z, z.float(), z)
-
-    monkeypatch.setattr(LinearEngine, "clipped_sum", zero_sum)
     sigma, C, lr, T, B = 2.0, 0.5, 1.0, 100, 100
     spec = MethodSpec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=C, lr=lr, eval_every=10**6, selection="last")
     drift = []
@@ -47,22 +41,22 @@ def test_gaussian_noise_of_the_update(monkeypatch, synthetic):
     assert abs(drift.mean()) < 4 * expected / math.sqrt(len(drift))
 
 
-def test_laplace_noise_on_every_histogram_cell(monkeypatch, synthetic):
+def test_laplace_noise_on_every_histogram_cell(monkeypatch, engine, dual_inputs, synthetic):
     """With an all-zero exact histogram the released one is pure noise: i.i.d. Laplace(b) per cell."""
-    seen = []
-    original = ConstraintTensors.step
+    from raco_cli.methods import batched_scan
 
-    def spy(self, H, lam, *, floor):
-        seen.append(H.clone())
-        return original(self, H, lam, floor=floor)
+    def zero_histograms(self, W, b, temperature, *, hard=False):
+        self.logits(W, b)
+        self.pt = self._softmax(temperature)
+        return torch.zeros(self.R, self.Q, self.K, dtype=torch.float64)
 
     monkeypatch.setattr(core, "_histogram", lambda logits, cells, Q, K, spec, device, soft=None: torch.zeros(Q, K, dtype=torch.float64))
-    monkeypatch.setattr(ConstraintTensors, "step", spy)
+    monkeypatch.setattr(batched_scan.Scan, "histograms", zero_histograms)
     b = 3.0
     spec = MethodSpec(name="raco_dp", batch_size=100, noise_multiplier=1.0, hist_noise_multiplier=b, clip_norm=1.0, eval_every=10**6)
     _fit(raco_dp, synthetic, spec, 3000)
-    draws = torch.stack(seen).reshape(len(seen), -1).numpy()
-    assert draws.shape[1] == 4  # Q x K = 2 x 2: every cell released
+    draws = torch.stack(dual_inputs).reshape(len(dual_inputs), -1).numpy()
+    assert draws.shape == (3000, 4)  # Q x K = 2 x 2: every cell released, every step
     np.testing.assert_allclose(draws.std(axis=0), math.sqrt(2) * b, rtol=0.08)
     corr = np.corrcoef(draws.T)[~np.eye(4, dtype=bool)]
     assert np.abs(corr).max() < 0.08  # independent across cells (also across the class axis)
@@ -118,17 +112,21 @@ def test_sgda_converges_to_the_constraint_without_noise(synthetic):
 
 
 @pytest.mark.parametrize("selection", ["best_feasible", "last"])
-def test_scope_model_evaluates_only_what_its_records_read(monkeypatch, synthetic, selection):
+def test_scope_model_evaluates_only_what_its_records_read(monkeypatch, engine, synthetic, selection):
     """privacy.scope=model keeps the test metrics and, for its noisy selection, validation's
     correct count: the training split is never evaluated (validation neither, without a noisy
     selection), and the run (history, selection, parameters) equals one that evaluates every
     split in full."""
+    from raco_cli.methods import batched
+
     spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=2.0, eval_every=10,
                       scope="model", selection=selection, selection_eps=0.5 if selection == "best_feasible" else 0.0,
                       train_size=float(len(synthetic.splits["train"])))
     evaluated: list[int] = []
-    predict = training.predict_logits
+    predict, group_logits = training.predict_logits, batched.GroupEvaluator.logits
     monkeypatch.setattr(training, "predict_logits", lambda engine, data, idx, device: evaluated.append(len(idx)) or predict(engine, data, idx, device))
+    monkeypatch.setattr(batched.GroupEvaluator, "logits", lambda self, W, b, split: evaluated.append(len(self.labels[split][0]))
+                        or group_logits(self, W, b, split))
     lean, _ = _fit(raco_dp, synthetic, spec, 60)
     read = ["val", "test"] if selection == "best_feasible" else ["test"]
     assert evaluated and set(evaluated) == {len(synthetic.splits[s]) for s in read}
@@ -136,6 +134,7 @@ def test_scope_model_evaluates_only_what_its_records_read(monkeypatch, synthetic
 
     monkeypatch.setattr(training.Checkpoints, "_evaluate", lambda self: training.evaluate_all(
         self.engine, self.data, self.constraints, temperature=self.spec.temperature, device=self.device))
+    monkeypatch.setattr(batched.GroupEvaluator, "splits", lambda self, model_scope, members: SPLITS)
     evaluated.clear()
     full, _ = _fit(raco_dp, synthetic, spec, 60)
     assert len(synthetic.splits["train"]) in evaluated  # (the reference did evaluate every split)

@@ -3,7 +3,7 @@
 The public reference code draws one Laplace variable per cell q and shares it across the
 predicted-class axis k for EO/FNR histograms: the released ``H[q, k] - H[q, k']`` is then
 noise-free and leaks.  These tests record the noisy histograms a real RaCO-DP run releases
-(the argument of the dual/primal post-processing, ``ConstraintTensors.step``) and check that
+(what the dual/primal post-processing reads, the ``dual_inputs`` fixture) and check that
 the noise in every pair of cells is uncorrelated; they fail on the broken shared variant.
 """
 
@@ -16,25 +16,16 @@ import pytest
 import torch
 
 from raco_cli import constraints, models
-from raco_cli.constraints.rate import ConstraintTensors
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
-from raco_cli.methods.sgda import core, raco_dp
-from raco_cli.privacy.mechanisms import laplace_noise
+from raco_cli.methods.sgda import raco_dp
 
 SCALE = 1e4  # Laplace scale >> any exact count of a ~50-row batch: the released H is ~pure noise
 STEPS = 200  # fast suite; the slow variant below runs 1500 steps for every family
 
 
-def released_histograms(monkeypatch, data, family: str, options: dict | None = None, steps: int = STEPS) -> np.ndarray:
-    """The noisy histograms (steps, Q*K) a raco_dp run feeds to its post-processing."""
-    seen: list[torch.Tensor] = []
-    original = ConstraintTensors.step
-
-    def spy(self, H, lam, *, floor):
-        seen.append(H.clone())
-        return original(self, H, lam, floor=floor)
-
-    monkeypatch.setattr(ConstraintTensors, "step", spy)
+def released_histograms(seen: list, data, family: str, options: dict | None = None, steps: int = STEPS) -> np.ndarray:
+    """The noisy histograms (steps, Q*K) a raco_dp run feeds to its post-processing (``seen``:
+    the ``dual_inputs`` fixture)."""
     cons = constraints.build(family, n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.05, options=options)
     model = models.build("logreg", input_shape=data.input_shape, n_classes=data.n_classes)
     spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, hist_noise_multiplier=SCALE, clip_norm=1.0,
@@ -63,8 +54,8 @@ ALL_CASES = [("eo", None), ("fnr", None), ("fnr", {"positive_class": 1}), ("fpr"
 
 
 @pytest.mark.parametrize("family,options", CASES)
-def test_released_histogram_noise_is_independent_per_cell(monkeypatch, synthetic, family, options):
-    draws = released_histograms(monkeypatch, synthetic, family, options)
+def test_released_histogram_noise_is_independent_per_cell(engine, dual_inputs, synthetic, family, options):
+    draws = released_histograms(dual_inputs, synthetic, family, options)
     cons = constraints.build(family, n_classes=2, n_groups=synthetic.n_groups, gamma=0.05)
     assert draws.shape == (STEPS, cons.Q * cons.K)  # every (cell, class) entry released
     assert_independent_cells(draws)
@@ -72,19 +63,18 @@ def test_released_histogram_noise_is_independent_per_cell(monkeypatch, synthetic
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family,options", ALL_CASES)
-def test_released_histogram_noise_is_independent_per_cell_long(monkeypatch, synthetic, family, options):
-    draws = released_histograms(monkeypatch, synthetic, family, options, steps=1500)
+def test_released_histogram_noise_is_independent_per_cell_long(dual_inputs, synthetic, family, options):
+    draws = released_histograms(dual_inputs, synthetic, family, options, steps=1500)
     assert_independent_cells(draws)
 
 
-def _shared_across_classes(shape, scale, generator, *, dtype=torch.float64):
-    """The reference code's defect: one draw per cell q, broadcast over the class axis k."""
-    return laplace_noise((*shape[:-1], 1), scale, generator, dtype=dtype).expand(shape).clone()
+def test_the_check_catches_noise_shared_across_the_class_axis(engine, dual_inputs, synthetic):
+    """The reference code's defect (one draw per cell q, broadcast over the class axis k: the
+    audit's broken mechanism of that name, in both engines) fails the check."""
+    from raco_cli.audit.faults import histogram_mechanism
 
-
-def test_the_check_catches_noise_shared_across_the_class_axis(monkeypatch, synthetic):
-    monkeypatch.setattr(core, "laplace_noise", _shared_across_classes)
-    draws = released_histograms(monkeypatch, synthetic, "eo")
+    with histogram_mechanism("broken_shared_class_noise"):
+        draws = released_histograms(dual_inputs, synthetic, "eo")
     with pytest.raises(AssertionError, match="correlated histogram noise"):
         assert_independent_cells(draws)
     # the leak itself: H[q, 0] - H[q, 1] carries no noise at all (only the exact batch counts)
@@ -93,16 +83,9 @@ def test_the_check_catches_noise_shared_across_the_class_axis(monkeypatch, synth
     assert np.abs(diff).max() < 1000 < SCALE
 
 
-def test_combination_noise_is_independent_per_cell(monkeypatch, synthetic):
+def test_combination_noise_is_independent_per_cell(engine, dual_inputs, synthetic):
     """dp+fnr: one histogram over the common refinement (label x group), every cell noised."""
-    seen: list[torch.Tensor] = []
-    original = ConstraintTensors.step
-
-    def spy(self, H, lam, *, floor):
-        seen.append(H.clone())
-        return original(self, H, lam, floor=floor)
-
-    monkeypatch.setattr(ConstraintTensors, "step", spy)
+    seen = dual_inputs
     parts = [constraints.part_spec("dp", {"gamma": 0.05}, key="c"), constraints.part_spec("fnr", {"gamma": 0.2}, key="c")]
     cons = constraints.build_parts(parts, n_classes=2, n_groups=synthetic.n_groups)
     model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)

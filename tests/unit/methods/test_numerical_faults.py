@@ -25,41 +25,49 @@ def _finite(res):
     return all(torch.isfinite(v).all() for v in res.state_dict.values()) and np.all(np.isfinite(res.lam))
 
 
-def test_noisy_denominators_at_or_below_zero_are_clamped(monkeypatch, synthetic):
+def test_noisy_denominators_at_or_below_zero_are_clamped(monkeypatch, engine, synthetic):
+    from raco_cli.methods import batched_scan
+
     seen = []
-    original = ConstraintTensors.step
+    one, many = ConstraintTensors.step, batched_scan.dual_step
 
     def spy(self, H, lam, *, floor):
-        weights, g = original(self, H, lam, floor=floor)
+        weights, g = one(self, H, lam, floor=floor)
         seen.append((float((self.membership @ H.sum(1)).min()), weights))
         return weights, g
 
+    def spy_many(membership, alpha, H, lam, floors, gamma):
+        weights, g = many(membership, alpha, H, lam, floors, gamma)
+        seen.extend((float((membership @ h.sum(1)).min()), w) for h, w in zip(H, weights))
+        return weights, g
+
     monkeypatch.setattr(ConstraintTensors, "step", spy)
+    monkeypatch.setattr(batched_scan, "dual_step", spy_many)
     res = _fit(synthetic, hist_noise_multiplier=1e4)  # counts of ~100 under noise of 10^4
-    assert any(d <= 0 for d, _ in seen)  # the fault happened
+    assert len(seen) == 30 and any(d <= 0 for d, _ in seen)  # the fault happened
     assert all(np.isfinite(w).all() and float(np.abs(w).max()) <= 10 * 2 for _, w in seen)  # |c| <= lam_max * sum|alpha| / floor (numpy on the CPU)
     assert _finite(res)
 
 
-def test_an_empty_poisson_batch_is_pure_noise(monkeypatch, synthetic):
+def test_an_empty_poisson_batch_is_pure_noise(monkeypatch, engine, synthetic):
+    from raco_cli.methods import batched_scan
+
     monkeypatch.setattr(core, "poisson_sample", lambda n, q, g, device, count=1: [torch.zeros(0, dtype=torch.long)] * count)
+    monkeypatch.setattr(batched_scan.Scan, "positions", lambda self, q, generators, *, count: np.full((len(generators), 1), float(count * self.n)))
     res = _fit(synthetic, steps=5)
     assert res.stats["mean_batch_size"] == 0 and _finite(res)
     assert res.releases == {"laplace_histogram": 5, "gaussian_gradient": 5}
 
 
-def test_lambda_at_its_bound(monkeypatch, synthetic):
-    seen = []
-    original = core.dual_ascent
-    monkeypatch.setattr(core, "dual_ascent", lambda lam, g, lr, m: seen.append(original(lam, g, lr, m)) or seen[-1])
+def test_lambda_at_its_bound(engine, synthetic):
     res = _fit(synthetic, lr_dual=1e6, lambda_max=3.0)  # every dual step overshoots the box
-    lams = torch.stack(seen)
+    lams = np.array([r.lam for r in res.history[1:]])
     assert float(lams.max()) == 3.0 and float(lams.min()) >= 0.0 and _finite(res)
     zero = _fit(synthetic, lambda_max=0.0)
     assert zero.lam == [0.0] * len(zero.lam) and _finite(zero)
 
 
-def test_nonfinite_gradients_are_dropped_counted_and_never_reach_the_model(synthetic):
+def test_nonfinite_gradients_are_dropped_counted_and_never_reach_the_model(engine, synthetic):
     X = np.array(synthetic.X, copy=True)
     bad_rows = synthetic.splits["train"][:40]
     X[bad_rows[:20], 0] = np.inf

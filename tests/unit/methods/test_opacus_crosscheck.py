@@ -62,10 +62,9 @@ def test_noiseless_clipped_gradient_equals_opacus(synthetic, clip, model_name):
         torch.testing.assert_close(g_ours / expected_batch, g_theirs, rtol=1e-4, atol=1e-6)
 
 
-def test_noise_scale_equals_opacus(synthetic, monkeypatch):
+def test_noise_scale_equals_opacus(synthetic, request, engine):
     """The noise of one step on the averaged gradient: std sigma*C/B in both."""
     from raco_cli import constraints
-    from raco_cli.methods.gradients import ClippedSum, LinearEngine
     from raco_cli.methods.sgda import dp_sgd
 
     sigma, clip, B = 2.0, 0.5, 100
@@ -77,11 +76,7 @@ def test_noise_scale_equals_opacus(synthetic, monkeypatch):
     expected = sigma * clip / B
     assert theirs.std().item() == pytest.approx(expected, rel=0.05)
 
-    def zero_sum(self, X, y=None, c=None, **kw):  # our step with zero data gradients: pure noise
-        z = torch.zeros((), dtype=torch.long)
-        return ClippedSum([torch.zeros_like(p) for p in self.params], z, z.float(), z)
-
-    monkeypatch.setattr(LinearEngine, "clipped_sum", zero_sum)
+    request.getfixturevalue("zero_gradient_sums")  # our step with zero data gradients: pure noise (after Opacus' step above)
     spec = MethodSpec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=clip, lr=1.0, eval_every=10**6, selection="last")
     cons = constraints.build("none", n_classes=2, n_groups=synthetic.n_groups, gamma=0.0)
     drift = []

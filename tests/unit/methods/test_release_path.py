@@ -24,7 +24,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raco_cli import constraints, models
-from raco_cli.constraints.rate import ConstraintTensors
 from raco_cli.data.types import TabularData
 from raco_cli.methods.base import MethodSpec, Seeds
 from raco_cli.methods.sgda import core, raco_dp
@@ -90,7 +89,7 @@ def batches(obs: Observer) -> tuple[list[set[int]], list[set[int]]]:
     return hist, grad
 
 
-def test_shared_sampling_feeds_one_batch_to_both_releases():
+def test_shared_sampling_feeds_one_batch_to_both_releases(engine):
     obs, res = observed_run("shared")
     hist, grad = batches(obs)
     assert len(hist) == len(grad) == res.steps
@@ -98,7 +97,7 @@ def test_shared_sampling_feeds_one_batch_to_both_releases():
     assert np.mean([len(b) for b in grad]) == pytest.approx(N_TRAIN / 2, rel=0.25)
 
 
-def test_independent_sampling_draws_two_independent_batches():
+def test_independent_sampling_draws_two_independent_batches(engine):
     """Two independent Poisson samples at q = 1/2: each row is in both with probability 1/4.
     Reusing the gradient batch for the histogram (the accountant still charging two
     independent samples) would put it in both with probability 1/2."""
@@ -115,24 +114,17 @@ def test_independent_sampling_draws_two_independent_batches():
     assert sum(h == g for h, g in zip(hist, grad)) <= 1
 
 
-def test_post_processing_reads_the_released_histogram(monkeypatch):
+def test_post_processing_reads_the_released_histogram(engine, dual_inputs):
     """Denominators, regularizer weights and the dual gradient are computed from the histogram
     the hook saw (the noisy release), never from the exact one."""
-    given_to_step: list[torch.Tensor] = []
-    original = ConstraintTensors.step
-
-    def spy(self, H, lam, *, floor):
-        given_to_step.append(H.clone())
-        return original(self, H, lam, floor=floor)
-
-    monkeypatch.setattr(ConstraintTensors, "step", spy)
+    given_to_step = dual_inputs
     obs, _ = observed_run("independent", steps=10, hist_noise_multiplier=5.0)
     assert len(given_to_step) == len(obs.seen["histogram"]) == 10
     for H_step, H_released in zip(given_to_step, obs.seen["histogram"]):
         assert torch.equal(H_step, H_released)  # type: ignore[arg-type]
 
 
-def test_update_is_the_released_sum_divided_by_the_expected_batch_size():
+def test_update_is_the_released_sum_divided_by_the_expected_batch_size(engine):
     """theta_t - theta_{t-1} = -lr * G_t / (q |D|) for plain SGD, whatever the realised batch
     size (dividing by the realised size would leak it and break the noise calibration)."""
     lr = 0.3
