@@ -42,6 +42,9 @@ test-mutants: $(STAMP) ## privacy mutation suite: plant each bug of tests/mutant
 test-slow: $(STAMP) ## slow tests only (~8 min on 2 cores; CI runs them)
 	RACO_HYPOTHESIS_PROFILE=ci $(PYTEST) -m "slow and not gpu and not slurm" -n 2 -q
 
+test-widths: $(STAMP) ## a run equals itself in any group under every instruction set the host can run (AVX-512, AVX2, SSE; slow)
+	$(PYTEST) -q -p no:cacheprovider -m slow tests/e2e/test_instruction_sets.py
+
 test-trust: $(STAMP) ## trust suite incl. slow: audit, bad input, data/process/numerical faults, concurrency
 	$(PYTEST) -q -p no:cacheprovider tests/unit/audit tests/config/test_bad_input.py tests/unit/data/test_data_faults.py \
 		tests/unit/methods/test_numerical_faults.py tests/unit/privacy/test_secure_rng.py tests/e2e/test_trust.py tests/e2e/test_concurrency.py
