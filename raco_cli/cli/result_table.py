@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from raco_cli.tracking.summary import training_signal
+
 SCOPE_NOTES = {
     "model": "model (eps covers the model and every record written; test metrics: exact, on the held-out test split)",
     # privacy.secure_rng=false under scope=model: the recorded seed replays every batch and noise draw
@@ -43,12 +45,12 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
                      f"data of the test split's size w.p. >= {summary['confidence']:g})")
     elif summary.get("confidence_note"):
         lines.append(f"  confidence           none   ({summary['confidence_note']})")
-    if summary.get("privacy_scope") == "model" and summary.get("private"):
-        if summary["satisfied"] is not None:
-            shown = "feasible" if summary["satisfied"] else "infeasible"
-            lines.append(f"  training signal      noisy histograms at the training target: {shown} (a training-side signal, not a test result)")
-    elif summary.get("satisfied") is not None:
-        lines.append(f"  training constraint  {'satisfied' if summary['satisfied'] else 'violated'} on the training split (exact)")
+    signal = training_signal(summary)
+    if signal is not None and "release" in summary["metrics"]:
+        shown = "feasible" if signal else "infeasible"
+        lines.append(f"  training signal      noisy histograms at the training target: {shown} (a training-side signal, not a test result)")
+    elif signal is not None:
+        lines.append(f"  training constraint  {'satisfied' if signal else 'violated'} on the training split (exact)")
     return "\n".join(lines + _privacy_lines(summary, run_dir) + warning_lines(summary))
 
 

@@ -248,8 +248,9 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         for summary in summaries:
             assert summary is not None
             accs.append(float(summary["metrics"]["val"]["accuracy"]))
-            v = summary["metrics"]["train"].get("violation_hard")
-            viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
+            train = summary["metrics"]["train"]  # feasibility is the training split's (the top-level satisfied is the test's)
+            v = train.get("violation_hard")
+            viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if train.get("satisfied") else 1.0))
         value = sum(accs) / len(accs)
         violation = max(viols)
         set_violation(trial, violation)
@@ -375,7 +376,7 @@ def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
                         "Run it again or use tune.repetitions=truncated_negative_binomial (K >= 1).")
     if not best.feasible:  # released as raco train releases a run its histograms call unsatisfied: the test line says more
         print(f"warning: no trial of the private search met constraint.gamma={search.spec.constraint.gamma:g} on its noisy "
-              "training histograms; released the one closest to it (satisfied: false). A larger eps, a looser "
+              "training histograms; released the one closest to it (search.noisy_feasible: false). A larger eps, a looser "
               "constraint.gamma or more data would help.")
     run_dir = Path(str(opts["out"])) / study_name / "best"
     summary = search.write(best, run_dir)

@@ -20,7 +20,7 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
    record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
    noisy histograms).  Trials are ranked by (noisy-feasible, noisy correct count); when none is
-   noisy-feasible, the one of least noisy violation is released, with ``satisfied: false``.
+   noisy-feasible, the one of least noisy violation is released, with ``search.noisy_feasible: false``.
 5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed

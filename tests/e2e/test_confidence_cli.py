@@ -55,6 +55,7 @@ def test_a_default_run_trains_against_gamma_minus_the_margin_and_reports_the_req
     test = summary["metrics"]["test"]
     assert test["constraints"]["dp"]["gamma"] == [0.25] * len(summary["constraints"])
     assert test["satisfied"] == (test["constraint_max_hard"] <= 0.25)
+    assert summary["satisfied"] is test["satisfied"]  # one meaning: the released model on the test split, as asked for
     # the result table: one row per constrained family against the requested gamma, the confidence
     # line with the margin, and the noisy signal worded as a training-side signal
     (row,) = _verdicts(stdout)
@@ -84,8 +85,11 @@ def test_without_confidence_the_run_trains_against_gamma_itself(tmp_path, extra)
     assert summary["confidence"] is None and summary["margins"] is None
     assert "confidence  " not in stdout
     assert [r[2] for r in _verdicts(stdout)] == [0.25]
+    assert summary["satisfied"] is summary["metrics"]["test"]["satisfied"]  # in every scope
     if extra == ["privacy.scope=paper"]:
         assert "training constraint  " in stdout and "on the training split (exact)" in stdout
+        shown = "satisfied" if summary["metrics"]["train"]["satisfied"] else "violated"
+        assert f"training constraint  {shown} on the training split (exact)" in stdout
 
 
 def test_under_auto_a_margin_the_data_cannot_support_warns_and_trains_against_gamma(tmp_path):
