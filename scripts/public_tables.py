@@ -75,10 +75,10 @@ def private_search(conf: Path, name: str, out: Path, n: int, log: Path) -> list[
     """``n`` private searches (``raco tune``, scope=model, total eps 1; sampler seeds 0..n-1): the
     best trial of each that released one (a search may release nothing and say so)."""
     for i in range(n):
-        if (out / f"s{i}").exists():
+        if (out / f"s{i}").exists():  # done (hydra.run.dir: the search's own directory), or released nothing
             continue
         cmd = ["raco", "tune", "--config-dir", str(conf), f"dataset={name}", "constraint=dp", "eps=1", f"tune.sampler_seed={i}",
-               f"tune.study=s{i}", f"tune.out={out}", f"tracking.uri=sqlite:///{out / 'mlflow.db'}"]
+               f"tune.study=s{i}", f"hydra.run.dir={out / f's{i}'}", f"tracking.uri=sqlite:///{out / 'mlflow.db'}"]
         with log.open("a") as fh:
             fh.write("$ " + " ".join(cmd) + "\n")
             fh.flush()

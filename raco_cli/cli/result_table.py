@@ -116,7 +116,9 @@ def constraint_lines(test: Mapping[str, Any]) -> list[str]:
 def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
     lines = []
     if summary["eps_spent"] is not None:
-        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})"
+                     + (" for the whole search" if summary.get("search") else ""))
+        lines += search_lines(summary)
         if summary.get("rho_spent") is not None:  # zCDP of the same event tree (privacy.rho: the target)
             target = f" of {summary['rho_target']:g}" if summary.get("rho_target") is not None else ""
             lines.append(f"  rho spent (zCDP)     {summary['rho_spent']:.4f}{target}")
@@ -137,6 +139,22 @@ def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
         if "model_uri" in summary["mlflow"]:
             lines.append(f"  mlflow model         {summary['mlflow']['model_uri']}")
     return lines
+
+
+def search_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What a released best trial of a private search (``raco tune``, scope=model) adds: the
+    protocol, the trial budget and the best trial's noisy validation score (all in
+    ``summary.search``; the number of trials is never shown)."""
+    search = summary.get("search")
+    if not search:
+        return []
+    verdict = "noisy-feasible" if search.get("noisy_feasible") else "no trial noisy-feasible: the closest to gamma"
+    kind, mean = search["repetitions"], float(search["mean"])
+    reps = {"fixed": f"fixed: {mean:g} trials", "poisson": f"poisson: mean {mean:g} trials"}.get(
+        kind, f"{kind.replace('_', ' ')}: mean {mean:g} trials, shape {search.get('shape')}")
+    return [f"  search               {search['protocol']}, {reps}, over "
+            f"{search['usable_candidates']} of {search['candidates']} candidates, each trial at eps {search['eps_trial']:.4g}",
+            f"  best trial           noisy validation accuracy {search['noisy_val_accuracy']:.4f} ({verdict})"]
 
 
 def print_result(summary: Mapping[str, Any], run_dir: Path) -> None:

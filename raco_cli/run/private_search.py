@@ -118,7 +118,8 @@ def study_name(spec: Any) -> str:
     """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
     from raco_cli.cli.tune_space import default_study
 
-    return "private-" + default_study(spec.method.name, spec.dataset.name, spec.constraint.name, spec.eps, spec.constraint.gamma)
+    # the dataset as its runs name it: a table's own name (dataset.options.name, else its file's stem), not "table"
+    return "private-" + default_study(spec.method.name, spec.dataset.display, spec.constraint.name, spec.eps, spec.constraint.gamma)
 
 
 @contextlib.contextmanager
