@@ -277,7 +277,7 @@ class PrivateSearch:
             return cache[eps][0]
 
         try:
-            eps_trial = plan_trial_epsilon(total, at, smallest=1e-3, rel_tol=0.02)
+            eps_trial = plan_trial_epsilon(total, at, smallest=1e-3, rel_tol=0.01)
         except ValueError:
             raise PrivacyBudgetError(
                 f"eps={total:g} is too small for a private search of {self.opts.repetitions.describe()}: no per-trial eps "
