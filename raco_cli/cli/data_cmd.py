@@ -39,13 +39,16 @@ def parser() -> argparse.ArgumentParser:
     for sp in (f, i):
         sp.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a dataset option (as dataset.options.KEY), e.g. -o sensitive=Age -o states=[AL,GA]")
-    d = sub.add_parser("describe", help="a starting dataset=table config (YAML) for your CSV/Parquet file, on stdout")
+    d = sub.add_parser("describe", help="a starting dataset=table config (YAML) for your CSV/Parquet file, on stdout or --out FILE")
     d.add_argument("file", help="CSV (plain or .gz) or Parquet")
     d.add_argument("--label", required=True, help="the label column")
     d.add_argument("--sensitive", action="append", required=True, metavar="COLUMN",
                    help="a sensitive column (repeat for intersectional groups)")
     d.add_argument("--na-value", action="append", default=[], metavar="TEXT", help="a cell value meaning missing (e.g. ?)")
     d.add_argument("--delimiter", default=None, metavar="CHAR", help="the CSV field separator (default: read from the header line)")
+    d.add_argument("--out", default=None, metavar="FILE",
+                   help="write the YAML to FILE instead of stdout, only when describe succeeds (atomically; folders created), "
+                        "e.g. --out myconf/dataset/people.yaml")
     d.add_argument("--values", default="private", choices=("private", "data"),
                    help="private (default): bounds, levels and missing indicators estimated inside each run's eps, the file's "
                         "values in comments; data: the file's values, marked source: data (privacy.scope=paper)")
@@ -124,6 +127,24 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
+def write_config(out: Path, text: str) -> None:
+    """``describe``'s YAML into ``out``, atomically (a failed describe or a full disk leaves no
+    empty or half-written file, unlike the shell's ``> FILE``), and how to train with it."""
+    import sys
+
+    from raco_cli.errors import OutputError
+    from raco_cli.tracking.files import atomic_write
+
+    try:
+        atomic_write(out, lambda fh: fh.write(text))
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot write it ({exc.strerror or exc}); give a writable path, e.g. "
+                          "--out myconf/dataset/people.yaml.") from None
+    train = (f"; train with raco train --config-dir {out.parent.parent} dataset={out.stem} constraint=dp eps=1"
+             if out.parent.name == "dataset" else f"; keep it as <dir>/dataset/{out.name} for raco train --config-dir <dir>")
+    print(f"raco data describe: wrote {out}{train}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
     from raco_cli import data
     from raco_cli.data import sources
@@ -142,12 +163,19 @@ def main(argv: list[str]) -> int:
 
         from raco_cli.data.describe import NOTE, NOTE_DATA, describe
 
+        out = None if args.out is None else Path(args.out).expanduser()
+        if out is not None and (out.is_dir() or (out.exists() and out.resolve() == Path(args.file).expanduser().resolve())):
+            raise ConfigError(f"--out {args.out} is {'a directory' if out.is_dir() else 'the table itself'}; give the YAML file to "
+                              "write, e.g. --out myconf/dataset/people.yaml.")
         text, review = describe(args.file, label=args.label, sensitive=args.sensitive, na_values=args.na_value, values=args.values,
                                 delimiter=args.delimiter)
         print(NOTE if args.values == "private" else NOTE_DATA, file=sys.stderr)
         for line in review:
             print(line, file=sys.stderr)
-        print(text, end="")
+        if out is None:
+            print(text, end="")
+            return 0
+        write_config(out, text)
         return 0
     entry = data.get(args.name)
     options = parse_options(args.option)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from raco_cli.tracking.summary import training_signal
+
 SCOPE_NOTES = {
     "model": "model (eps covers the model and every record written; test metrics: exact, on the held-out test split)",
     # privacy.secure_rng=false under scope=model: the recorded seed replays every batch and noise draw
@@ -43,12 +45,12 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
                      f"data of the test split's size w.p. >= {summary['confidence']:g})")
     elif summary.get("confidence_note"):
         lines.append(f"  confidence           none   ({summary['confidence_note']})")
-    if summary.get("privacy_scope") == "model" and summary.get("private"):
-        if summary["satisfied"] is not None:
-            shown = "feasible" if summary["satisfied"] else "infeasible"
-            lines.append(f"  training signal      noisy histograms at the training target: {shown} (a training-side signal, not a test result)")
-    elif summary.get("satisfied") is not None:
-        lines.append(f"  training constraint  {'satisfied' if summary['satisfied'] else 'violated'} on the training split (exact)")
+    signal = training_signal(summary)
+    if signal is not None and "release" in summary["metrics"]:
+        shown = "feasible" if signal else "infeasible"
+        lines.append(f"  training signal      noisy histograms at the training target: {shown} (a training-side signal, not a test result)")
+    elif signal is not None:
+        lines.append(f"  training constraint  {'satisfied' if signal else 'violated'} on the training split (exact)")
     return "\n".join(lines + _privacy_lines(summary, run_dir) + warning_lines(summary))
 
 
@@ -114,7 +116,9 @@ def constraint_lines(test: Mapping[str, Any]) -> list[str]:
 def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
     lines = []
     if summary["eps_spent"] is not None:
-        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})")
+        lines.append(f"  eps spent            {summary['eps_spent']:.4f} of {summary['eps_target']:g} (delta={summary['delta']:g})"
+                     + (" for the whole search" if summary.get("search") else ""))
+        lines += search_lines(summary)
         if summary.get("rho_spent") is not None:  # zCDP of the same event tree (privacy.rho: the target)
             target = f" of {summary['rho_target']:g}" if summary.get("rho_target") is not None else ""
             lines.append(f"  rho spent (zCDP)     {summary['rho_spent']:.4f}{target}")
@@ -135,6 +139,22 @@ def _privacy_lines(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
         if "model_uri" in summary["mlflow"]:
             lines.append(f"  mlflow model         {summary['mlflow']['model_uri']}")
     return lines
+
+
+def search_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What a released best trial of a private search (``raco tune``, scope=model) adds: the
+    protocol, the trial budget and the best trial's noisy validation score (all in
+    ``summary.search``; the number of trials is never shown)."""
+    search = summary.get("search")
+    if not search:
+        return []
+    verdict = "noisy-feasible" if search.get("noisy_feasible") else "no trial noisy-feasible: the closest to gamma"
+    kind, mean = search["repetitions"], float(search["mean"])
+    reps = {"fixed": f"fixed: {mean:g} trials", "poisson": f"poisson: mean {mean:g} trials"}.get(
+        kind, f"{kind.replace('_', ' ')}: mean {mean:g} trials, shape {search.get('shape')}")
+    return [f"  search               {search['protocol']}, {reps}, over "
+            f"{search['usable_candidates']} of {search['candidates']} candidates, each trial at eps {search['eps_trial']:.4g}",
+            f"  best trial           noisy validation accuracy {search['noisy_val_accuracy']:.4f} ({verdict})"]
 
 
 def print_result(summary: Mapping[str, Any], run_dir: Path) -> None:

@@ -3,6 +3,7 @@
     raco tune [--config-dir DIR] dataset=adult constraint=dp eps=1 constraint.gamma=0.05
               [tune.repetitions=poisson] [tune.mean=10] [tune.shape=1]
               [tune.candidates=8] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
+              [tune.out=outputs/tune | hydra.run.dir=DIR]
 
 **privacy.scope=model** (the default): a private random search (Papernot & Steinke 2022,
 :mod:`raco_cli.run.private_search`).  A random number of trials K (``tune.repetitions``:
@@ -10,8 +11,12 @@
 and ``tune.shape`` (1 = geometric, 0 = logarithmic), or ``fixed`` ``tune.mean`` trials, the naive
 baseline accounted by plain composition), each a private run of a candidate drawn from ``tune.candidates`` settings
 of the search space and scored by a noisy validation count (``tune.score_noise`` rows); only
-the best trial is released, to ``<tune.out>/<study>/best`` and MLflow, with one eps for the
-whole search: ``eps`` is the total, the per-trial eps is planned inside it.
+the best trial is released, with one eps for the whole search (``eps`` is the total, the
+per-trial eps is planned inside it), to MLflow and to the search's own directory: the first free
+``<tune.out>/<study>-<k>`` (k = 1, 2, ...; the study is named after the dataset, a table's own
+name included) or ``hydra.run.dir`` (which must not hold a search already), with ``best/`` (the
+run) and ``best.yaml``; a second search never replaces a first.  Its result table is
+``raco train``'s: the released model's constraint rows on the test split (holds/VIOLATED).
 
 **privacy.scope=paper**: the paper's two-phase protocol (App. E.2), with Optuna, outside eps
 
@@ -194,8 +199,9 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     spec = build_run_spec(base)  # validates the overrides once (one-line errors)
     method = spec.method.name
     names = space_of(method, str(base.objective.name))
-    study_name = str(opts["study"] or default_study(base.method.name, base.dataset.name, base.constraint.name, base.eps,
-                                                    base.constraint.gamma))
+    # named after the dataset as its runs are (a table's own name, not "table"): two tables, two studies
+    study_name = str(opts["study"] or default_study(spec.method.name, spec.dataset.display, spec.constraint.name, spec.eps,
+                                                    spec.constraint.gamma))
     storage = str(opts["storage"])
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own lines report trials; no tracebacks on Ctrl-C
 
@@ -248,8 +254,9 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         for summary in summaries:
             assert summary is not None
             accs.append(float(summary["metrics"]["val"]["accuracy"]))
-            v = summary["metrics"]["train"].get("violation_hard")
-            viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if summary["satisfied"] else 1.0))
+            train = summary["metrics"]["train"]  # feasibility is the training split's (the top-level satisfied is the test's)
+            v = train.get("violation_hard")
+            viols.append(float(v) if v is not None and math.isfinite(v) else (0.0 if train.get("satisfied") else 1.0))
         value = sum(accs) / len(accs)
         violation = max(viols)
         set_violation(trial, violation)
@@ -357,9 +364,14 @@ def main(argv: list[str]) -> int:
 
 def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
     """The private search (privacy.scope=model): plan, trials, the best trial written as a run."""
+    from raco_cli.cli.result_table import print_result
+    from raco_cli.cli.tune_dirs import check_free, claim, run_dir_override
     from raco_cli.privacy.tuning import Repetitions
     from raco_cli.run.private_search import PrivateSearch, SearchOptions
 
+    fixed_dir = run_dir_override(overrides)
+    if fixed_dir is not None:  # before the planning: a taken directory is a one-line error, not a lost search
+        check_free(fixed_dir)
     reps = Repetitions(str(opts["repetitions"]), float(opts["mean"]), float(opts["shape"]))  # type: ignore[arg-type]
     search_opts = SearchOptions(repetitions=reps, candidates=int(opts["candidates"]), score_noise=float(opts["score_noise"]),
                                 sampler_seed=int(opts["sampler_seed"]), study=opts["study"])
@@ -375,14 +387,14 @@ def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
                         "Run it again or use tune.repetitions=truncated_negative_binomial (K >= 1).")
     if not best.feasible:  # released as raco train releases a run its histograms call unsatisfied: the test line says more
         print(f"warning: no trial of the private search met constraint.gamma={search.spec.constraint.gamma:g} on its noisy "
-              "training histograms; released the one closest to it (satisfied: false). A larger eps, a looser "
+              "training histograms; released the one closest to it (search.noisy_feasible: false). A larger eps, a looser "
               "constraint.gamma or more data would help.")
-    run_dir = Path(str(opts["out"])) / study_name / "best"
+    search_dir = claim(Path(str(opts["out"])), study_name, fixed_dir)  # its own directory: never another search's
+    run_dir = search_dir / "best"
     summary = search.write(best, run_dir)
-    path = write_best_private(best, search, study_name=study_name, out=Path(str(opts["out"])) / study_name)
-    print(f"best trial: noisy val accuracy {summary['search']['noisy_val_accuracy']:.4f}; {' '.join(best.overrides)}")
-    print(f"test accuracy {summary['metrics']['test']['accuracy']:.4f}; eps_spent {summary['eps_spent']:.4f} for the whole search")
-    print(f"model and summary: {run_dir}; configuration: {path}")
+    path = write_best_private(best, search, study_name=study_name, out=search_dir)
+    print_result(summary, run_dir)  # raco train's table: the released model's test fairness rows, eps, where it is
+    print(f"  best trial settings  {' '.join(best.overrides) or 'the configuration as given'} (as an experiment config: {path})")
     return 0
 
 

@@ -141,6 +141,8 @@ def _variants(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[l
             for v in choices:
                 if isinstance(v, str) and v not in opts and not (group in ("experiment", "debug") and v == "null"):
                     raise unknown_name(group, v, opts)
+                if isinstance(v, str) and extra_dirs:
+                    check_option_file(group, v, extra_dirs)
     variants = [base]
     for pos, values in sweeps:
         for v in values[1:]:
@@ -148,6 +150,38 @@ def _variants(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[l
             variant[pos] = v
             variants.append(variant)
     return variants
+
+
+def check_option_file(group: str, name: str, extra_dirs: tuple[Path, ...]) -> None:
+    """One line when a user's own ``<dir>/<group>/<name>.yaml`` (``--config-dir <dir>``) is
+    empty, not YAML or not a mapping of keys: Hydra would compose it to nothing and the run
+    fail later on a missing key (``Unknown dataset 'None'`` from an empty file that a failed
+    ``raco data describe ... > FILE`` left behind)."""
+    import yaml
+
+    for root in extra_dirs:
+        file = Path(root) / group / f"{name}.yaml"
+        if not file.is_file():
+            continue
+        again = (f"write it again with raco data describe TABLE --label COLUMN --sensitive COLUMN --out {file} "
+                 "(docs/your-own-data.md)") if group == "dataset" else f"fix it or remove it (conf/{group}/*.yaml are examples)"
+        try:
+            content = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError(f"{group}={name}: {file} is not valid YAML ({where}{problem}); {again}.") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{group}={name}: cannot read {file} ({getattr(exc, 'strerror', None) or exc}); {again}.") from None
+        if content is None:
+            empty = not file.read_text().strip()
+            what = "is empty" if empty else "holds no keys (only comments)"
+            failed = " (a failed `raco data describe ... > FILE` leaves an empty file)" if empty and group == "dataset" else ""
+            raise ConfigError(f"{group}={name}: the {group} config file {file} {what}{failed}; {again}.")
+        if not isinstance(content, dict):
+            raise ConfigError(f"{group}={name}: the {group} config file {file} holds a {type(content).__name__}, not a mapping of "
+                              f"config keys; {again}.")
 
 
 def _grid_jobs(cfg, overrides: list[str]) -> list[tuple[str, list[list[str]]]]:

@@ -205,7 +205,7 @@ def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequ
     if values not in VALUES:
         raise ConfigError(f"--values must be one of {', '.join(VALUES)} (got {values!r}); private: estimated inside eps "
                           "(privacy.scope=model), data: the file's values (privacy.scope=paper).")
-    df = read_table(path, na_values=na_values, key="raco data describe FILE", delimiter=delimiter)
+    df = read_table(path, na_values=na_values, key="raco data describe", delimiter=delimiter)
     columns = [str(c) for c in df.columns]
     for col, what in [(label, "--label"), *((s, "--sensitive") for s in sensitive)]:
         if col not in columns:

@@ -113,6 +113,42 @@ def sniff_delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
+# the first bytes of files that are no text table, and what each is (a CSV must be UTF-8 text)
+SIGNATURES = (
+    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"), (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one: save its sheet as CSV)"),
+    (b"\xd0\xcf\x11\xe0", "an Office document (an Excel .xls workbook is one: save its sheet as CSV)"),
+    (b"SQLite format 3\x00", "an SQLite database"), (b"BZh", "a bzip2 archive (only gzip is read: gunzip-able .gz or plain)"),
+    (b"\xfd7zXZ", "an xz archive (only gzip is read)"), (b"7z\xbc\xaf", "a 7-Zip archive (only gzip is read)"),
+)  # fmt: skip
+
+
+def not_text(file: Path, key: str) -> str | None:
+    """The one-line error for a ``file`` that is no UTF-8 text (read after gzip when gzipped),
+    else None: a known format by its first bytes, binary data (NUL bytes), another encoding."""
+    import gzip
+
+    try:
+        with open(file, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open(file, "rb") if gz else open(file, "rb")) as fh:
+            head = fh.read(1 << 16)
+    except (OSError, EOFError) as exc:
+        return f"{key}: {file} cannot be read ({exc}); check the file (a CSV plain or .gz, or a Parquet file)."
+    what = next((what for magic, what in SIGNATURES if head.startswith(magic)), None)
+    if what is None and b"\x00" in head:
+        what = "binary data (NUL bytes)"
+    if what is not None:
+        return f"{key}: {file} is not a text table: it holds {what}; give a CSV file (plain or .gz) or a Parquet file."
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not a character cut at the end of the chunk read
+            return (f"{key}: {file} is not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); re-save it as UTF-8, "
+                    f"e.g. iconv -f latin1 -t utf-8 {file} > {file.with_name(file.stem + '.utf8.csv')}.")
+    return None
+
+
 def duplicate_headers(header: str, delimiter: str) -> dict[str, list[int]]:
     """Column names that the header line holds more than once -> their 1-based positions
     (pandas reads the second ``x`` as ``x.1``).
@@ -157,6 +193,9 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
         with open(file, "rb") as fh:
             magic = fh.read(4)
         sep = ","
+        problem = None if magic == b"PAR1" else not_text(file, key)
+        if problem is not None:
+            raise DataIntegrityError(problem)
         try:
             if magic == b"PAR1":
                 df = pd.read_parquet(file)
@@ -172,11 +211,25 @@ def read_table(path: str | Sequence[str], *, na_values: Sequence[str] = (), key:
                                  sep=sep, compression="gzip" if magic[:2] == b"\x1f\x8b" else None)
         except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # a row with more fields than the header: the separator is the likely cause, for nothing else
+            fields = isinstance(exc, pd.errors.ParserError) and not delimiter
             raise DataIntegrityError(f"{file} is not a readable CSV or Parquet file ({first}); check the file"
-                                     + ("" if delimiter else f" (fields read as separated by {sep!r}: set dataset.options.delimiter)")
+                                     + (f" (fields read as separated by {sep!r}: set dataset.options.delimiter)" if fields else "")
                                      + ".") from None
         if df.empty:
             raise DataIntegrityError(f"{file} has no rows; check the file.")
+        if magic != b"PAR1" and len(df.columns) == 1:  # prose, or fields separated by something else: no label and group
+            found = sniff_delimiter(header)
+            if delimiter and found != delimiter and found in header:
+                raise DataIntegrityError(f"{key}: {file} reads as one column ({str(df.columns[0])[:40]!r}) with the field separator "
+                                         f"{delimiter!r}, but its header line separates its fields by {found!r}: set "
+                                         f"dataset.options.delimiter={found!r} (raco data describe --delimiter), or null to read it "
+                                         "from the header.")
+            how = (f"with the field separator {delimiter!r}" if delimiter else
+                   "its header line has none of the separators , ; TAB | (a text file, not a table?)")
+            raise DataIntegrityError(f"{key}: {file} reads as one column ({str(df.columns[0])[:40]!r}) {how}; a table needs a "
+                                     "label and a sensitive column: give a CSV/TSV file, or its field separator "
+                                     "(dataset.options.delimiter, raco data describe --delimiter, e.g. ' ').")
         if frames and list(df.columns) != list(frames[0].columns):
             raise DataIntegrityError(f"{file} has columns {list(df.columns)[:6]}..., the first file {list(frames[0].columns)[:6]}...; "
                                      f"the files of {key} must have the same columns in the same order.")
@@ -507,11 +560,12 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
     if private_lists:  # the constraint's classes and groups come from the release: say which
         named = {target.column: target.class_names} if pending.label else {}
         named.update({c: lv for c, lv in zip(schema.groups.columns, lists) if c in pending.sensitive})
-        log.warning("The %s of this run are those its private estimate released (%s); a class or group with fewer than about "
-                    "%.0f training rows is not released: its rows are left out, or form the class or group 'not <the one "
-                    "released>' when only one was. Declare the list public to keep every one.",
-                    " and ".join(("classes of " if c == target.column else "groups of ") + c for c in private_lists),
-                    "; ".join(f"{c}: {', '.join(named[c])}" for c in private_lists), est.threshold)
+        # one line (docs/your-own-data.md "Where a value comes from" says the rest): a rare class or group is not
+        # released, so its rows are left out (or form 'not <kept>'); the user may know a public list
+        log.warning("the private estimate released %s (each needs ~%.0f training rows; rarer ones are left out or merged into "
+                    "'not <kept>'; a public list keeps them)",
+                    "; ".join(f"the {'classes' if c == target.column else 'groups'} of {c}: {', '.join(named[c])}"
+                              for c in private_lists), est.threshold)
     indicators = set(est.indicators) if pending.indicators is not None else set()
     cols: list[Column] = []
     for c in schema.encoder.columns:

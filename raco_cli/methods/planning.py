@@ -87,6 +87,10 @@ _CACHE_SIZE = 512
 # the last T found for each plan but its training size, and eps(T + 1) - eps(T) there (None at
 # max_steps): where plan_uncached's search starts and its first step (accountant.largest_within)
 _STEPS_HINTS: dict[str, tuple[int, float | None]] = {}
+# every eps(T) evaluated for a run's event whatever its budget's eps, keyed by what eps(T) reads:
+# a private search plans each candidate at ~5-9 per-trial eps (raco_cli/run/private_search.py),
+# and a later plan starts from the T known on either side of its eps (accountant.largest_within)
+_STEPS_SEEN: OrderedDict[str, dict[int, float]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -269,7 +273,12 @@ def plan_uncached(
         # the same T: the search starts from the last such run's (the same T for any start)
         hint_key = repr((method.NAME, replace(spec, train_size=None), delta, budget, constrained))
         hint, slope = _STEPS_HINTS.get(hint_key, (None, None))
-        seen: dict[int, float] = {}  # every eps the search evaluates (T: eps)
+        # every eps the search evaluates (T: eps), with those of earlier plans of this very event at other eps
+        seen_key = repr((method.NAME, spec, q, delta, budget.discretization, constrained))
+        seen = _STEPS_SEEN.setdefault(seen_key, {})
+        _STEPS_SEEN.move_to_end(seen_key)
+        while len(_STEPS_SEEN) > _CACHE_SIZE:
+            _STEPS_SEEN.popitem(last=False)
         if hasattr(method, "run_event"):
             steps = _max_steps_of_run(method, spec, q, budget, constrained, hint=hint, slope=slope, seen=seen)
         else:

@@ -372,7 +372,10 @@ def largest_within(
     target, then bisection of that bracket: 2-3 evaluations when the hint is close.  Either
     way the answer is the T with eps(T) <= target < eps(T + 1) (or ``limit``), both evaluated,
     so the same T for any hint and slope.  ``seen``: a dict that receives every evaluation (T:
-    eps), e.g. for the next search's slope.
+    eps), e.g. for the next search's slope.  It may hold evaluations of the same ``eps_at`` made
+    for another target (a private search plans each candidate at several per-trial eps): without
+    a hint, the known T on either side of this target are the start, searched by secant steps
+    (eps is nearly linear between them), each checked one T past it, alternating with bisection.
 
     Raises:
         ``unreachable(eps_at(1))``: even T = 1 exceeds the target.
@@ -388,6 +391,10 @@ def largest_within(
         return min(max(int(T), 1), limit)
 
     if hint is None:
+        below = [T for T, e in seen.items() if 1 <= T <= limit and e <= target]
+        above = [T for T, e in seen.items() if 1 <= T <= limit and e > target]
+        if below and above and max(below) < min(above):  # known from a search at another target
+            return _secant_within(fits, seen, target, max(below), min(above))
         if not fits(1):
             raise unreachable(seen[1])
         if fits(limit):
@@ -423,6 +430,30 @@ def largest_within(
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _secant_within(fits: Callable[[int], bool], seen: dict[int, float], target: float, lo: int, hi: int) -> int:
+    """The largest T in [lo, hi) with eps(T) <= target, given eps(lo) <= target < eps(hi)
+    (both in ``seen``): a secant step to where the line through the bracket's ends crosses the
+    target, then the T one past it (a right secant closes the bracket in two evaluations),
+    alternating with bisection (a poor secant, e.g. on a plateau, still halves the bracket
+    every other evaluation)."""
+    secant = True
+    while hi - lo > 1:
+        if secant:
+            rise = seen[hi] - seen[lo]
+            guess = lo + (target - seen[lo]) * (hi - lo) / rise if rise > 0 and math.isfinite(rise) else (lo + hi) / 2
+            probe = min(max(math.floor(guess), lo + 1), hi - 1)
+        else:
+            probe = (lo + hi) // 2
+        if fits(probe):
+            lo = probe
+            if secant and lo + 1 < hi:  # the secant's answer is checked one step past it
+                lo, hi = (lo + 1, hi) if fits(lo + 1) else (lo, lo + 1)
+        else:
+            hi = probe
+        secant = not secant
     return lo
 
 

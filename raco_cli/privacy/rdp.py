@@ -22,6 +22,7 @@ covered: the accountant reports the event unsupported and the caller says so.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import dp_accounting as dpa
@@ -81,6 +82,15 @@ def subsampled_laplace_rdp(q: float, b: float, orders: np.ndarray = ORDERS) -> n
         return np.zeros_like(a)
     if b == 0:
         return np.full_like(a, np.inf)
+    return _subsampled_laplace_rdp(float(q), float(b), tuple(a.tolist())).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _subsampled_laplace_rdp(q: float, b: float, orders: tuple[float, ...]) -> np.ndarray:
+    """:func:`subsampled_laplace_rdp`, memoised by its exact arguments: a private search's plan
+    asks for each candidate's histogram leaf at every probed per-trial eps (only T changes),
+    and one curve is ~0.1 s of Riemann sums."""
+    a = np.asarray(orders, dtype=np.float64)
     add = _log_mixture_moments(q, b, a)
     remove = _log_mixture_moments(q, b, 1.0 - a)
     return np.maximum(add, remove) / (a - 1.0)

@@ -59,9 +59,9 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     if eps_spent is not None and eps_spent > spec.eps:  # the plan guarantees this never happens
         raise RuntimeError(f"eps_spent={eps_spent} exceeds eps={spec.eps}")
     rec = result.selected_record
-    satisfied = rec.metrics["release"]["satisfied"] if "release" in rec.metrics else rec.metrics["train"]["satisfied"]
     requested = prep.requested if prep.requested is not None else cons
     metrics, last_metrics = (requested_metrics(m, requested) for m in (rec.metrics, result.history[-1].metrics))
+    satisfied = summary_mod.released_model_satisfied(metrics)
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
@@ -98,7 +98,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "tuned_on": tuned_on(spec),
         "selection": pplan.spec.selection,
         "selected_step": rec.step,
-        "satisfied": None if satisfied is None else bool(satisfied),
+        "satisfied": satisfied,
         "metrics": metrics,
         "last_metrics": last_metrics,
         "confidence": spec.constraint.confidence if prep.margins is not None else None,

@@ -246,9 +246,9 @@ class Unplanned:
                      discretization=spec.discretization)
         log.info("Privacy plan: steps=%d sample_rate=%.4g eps_planned=%.4g", pplan.steps, pplan.sample_rate, pplan.eps_planned)
         if method.PRIVATE and method_spec.steps is None and pplan.steps < FEW_STEPS:
-            log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; use "
-                        "method.batch_size=%d (about n/16) or a larger eps", pplan.steps, spec.eps, method_spec.batch_size,
-                        int(self.n_train), suggested_batch_size(self.n_train))
+            log.warning("only %d noisy steps fit in eps=%g at method.batch_size=%d of ~%d training rows: too few to learn; %s",
+                        pplan.steps, spec.eps, method_spec.batch_size, int(self.n_train),
+                        few_steps_advice(method_spec.batch_size, self.n_train))
         if spec.auto_lr_dual:  # method.lr_dual=auto: from the plan and the cell sizes the run may use
             lr_dual = suggested_lr_dual(spec, method, pplan, cons, cell_rows)
             pplan = replace(pplan, spec=replace(pplan.spec, lr_dual=lr_dual))
@@ -328,6 +328,23 @@ def suggested_batch_size(n_train: float) -> int:
     import math
 
     return int(min(1024, max(16, 2 ** round(math.log2(max(n_train, 1) / 16)))))
+
+
+def few_steps_advice(batch_size: int, n_train: float) -> str:
+    """What helps a run planned for too few steps: the batch of about n/16 when the run's is
+    larger, else (it already is, or smaller) a larger eps, more rows, or a smaller batch (more,
+    noisier steps), never the value in use.
+
+    >>> few_steps_advice(1024, 3745)
+    'use method.batch_size=256 (about n/16) or a larger eps'
+    >>> few_steps_advice(32, 680)
+    'method.batch_size=32 is already about n/16 or below: use a larger eps or more training rows (or method.batch_size=16: more, noisier steps)'
+    """
+    suggested = suggested_batch_size(n_train)
+    if batch_size > suggested:
+        return f"use method.batch_size={suggested} (about n/16) or a larger eps"
+    smaller = f" (or method.batch_size={batch_size // 2}: more, noisier steps)" if batch_size >= 2 else ""
+    return f"method.batch_size={batch_size} is already about n/16 or below: use a larger eps or more training rows{smaller}"
 
 
 DUAL_WALK = 1.0 / 3.0  # method.lr_dual=auto: the sd of the dual's noise-driven walk over a run
@@ -419,11 +436,14 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
         why = (f"cannot be met for {cons.names[j]}: its rates need a margin of {found.margin[j]:.3f} > gamma={cons.gamma[j]:g} "
                f"with {rows_said}")
         helps = f"{gamma_hint}a lower constraint.confidence (e.g. 0.5){', more data, or a larger eps' if released else ' or more data'}"
-        if spec.constraint.confidence_auto:  # the default: say so and train against gamma; an explicit confidence refuses
-            log.warning("constraint.confidence=auto (%g) %s: trained against gamma itself, so the test result carries no "
-                        "confidence; for one use %s (an explicit constraint.confidence refuses instead)", confidence, why, helps)
+        if spec.constraint.confidence_auto:  # the default: say so in one short line and train against gamma (docs/methods.md)
+            short = (f"{'constraint.gamma>=' + format(looser, '.2f') + ', ' if looser <= 1.0 else ''}constraint.confidence=0.5, more "
+                     f"rows{', a larger eps' if released else ''}")
+            log.warning("constraint.confidence=auto (%g) cannot be met: %s needs a margin of %.3f > gamma=%g (%s%d training rows in "
+                        "its smallest subset); trained against gamma itself, no confidence claimed. Helps: %s", confidence,
+                        cons.names[j], found.margin[j], cons.gamma[j], "~" if released else "", smallest, short)
             return cons, None, (f"auto ({confidence:g}) not met: {cons.names[j]} needs a margin of {found.margin[j]:.3f} > "
-                                f"gamma {cons.gamma[j]:g}; trained against gamma itself (warning above: what would help)")
+                                f"gamma {cons.gamma[j]:g}; trained against gamma itself (helps: {short})")
         raise UnsupportedError(f"constraint.confidence={confidence:g} {why}. Use {helps}; constraint.confidence=null trains "
                                "against gamma itself.")
     log.info("constraint.confidence=%g: training and selection target gamma - margin, margins %s",

@@ -20,7 +20,7 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
    record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
    noisy histograms).  Trials are ranked by (noisy-feasible, noisy correct count); when none is
-   noisy-feasible, the one of least noisy violation is released, with ``satisfied: false``.
+   noisy-feasible, the one of least noisy violation is released, with ``search.noisy_feasible: false``.
 5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed
@@ -118,7 +118,8 @@ def study_name(spec: Any) -> str:
     """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
     from raco_cli.cli.tune_space import default_study
 
-    return "private-" + default_study(spec.method.name, spec.dataset.name, spec.constraint.name, spec.eps, spec.constraint.gamma)
+    # the dataset as its runs name it: a table's own name (dataset.options.name, else its file's stem), not "table"
+    return "private-" + default_study(spec.method.name, spec.dataset.display, spec.constraint.name, spec.eps, spec.constraint.gamma)
 
 
 @contextlib.contextmanager
@@ -276,7 +277,7 @@ class PrivateSearch:
             return cache[eps][0]
 
         try:
-            eps_trial = plan_trial_epsilon(total, at, smallest=1e-3, rel_tol=0.02)
+            eps_trial = plan_trial_epsilon(total, at, smallest=1e-3, rel_tol=0.01)
         except ValueError:
             raise PrivacyBudgetError(
                 f"eps={total:g} is too small for a private search of {self.opts.repetitions.describe()}: no per-trial eps "

@@ -381,6 +381,10 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
 
     ds = c.get("dataset") or {}
     ds_name = ds.get("name")
+    if ds_name is None:  # a user's dataset file that neither names a loader nor extends one
+        raise ConfigError("dataset.name is not set: the dataset config names no loader; a file of your own table starts with "
+                          "`defaults: [table, _self_]` (what raco data describe TABLE --label COLUMN --sensitive COLUMN --out FILE "
+                          f"writes), another sets `name:` (one of {', '.join(sorted(data.DATASETS))}).")
     if ds_name not in data.DATASETS:
         raise unknown_name("dataset", ds_name, data.DATASETS)
     subset = _integer(ds, "subset", "dataset.subset", "rows kept per split (null = all).", optional=True)

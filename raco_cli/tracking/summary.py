@@ -42,8 +42,12 @@ tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, 
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
 secure_rng         whether the noise came from os.urandom (privacy.secure_rng)
-selection          checkpoint rule; ``selected_step`` the reported step; ``satisfied`` whether
-                   its hard train constraint holds
+selection          checkpoint rule; ``selected_step`` the reported step
+satisfied          whether the released model meets every constraint's gamma (as asked for,
+                   hard predictions) on the held-out test split: ``metrics.test.satisfied``,
+                   the result table's holds/VIOLATED rows, the same for raco train and raco tune;
+                   the training-side signal is ``metrics.release.satisfied`` (scope=model: the
+                   noisy histograms) or ``metrics.train.satisfied`` (full records)
 metrics            ``metrics.<split>.<name>`` for split in train/val/test at the selected step:
                    accuracy, loss, constraint_values_hard/soft (J lists), constraint_max_hard/soft
                    (max_j Gamma_j), violation_hard/soft (max_j Gamma_j - gamma_j), satisfied,
@@ -92,6 +96,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +136,9 @@ STATUS: dict[str, Any] = {
                                 "score_noise"), PUBLIC),
                **dict.fromkeys(("usable_candidates", "eps_trial", "noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy",
                                 "noisy_feasible"), RELEASE)},
-    # the selected step, its feasibility and the multipliers are functions of noisy releases
-    "selected_step": RELEASE, "satisfied": RELEASE, "lambda": RELEASE,
+    # the selected step and the multipliers are functions of noisy releases; ``satisfied`` is
+    # the released model's constraint on the held-out test split (metrics.test.satisfied)
+    "selected_step": RELEASE, "lambda": RELEASE, "satisfied": TEST,
     "metrics": _SPLITS, "last_metrics": _SPLITS,
     "group_sizes": {"train": EXACT, "val": EXACT, "test": TEST},
     "label_counts": {"train": EXACT, "val": EXACT, "test": TEST},
@@ -147,6 +153,33 @@ STATUS: dict[str, Any] = {
               # the random iterate's step tau is drawn from the selection seed before training
               "random_iterate_step": PUBLIC},
 }  # fmt: skip
+
+
+def released_model_satisfied(metrics: Mapping[str, Any]) -> bool | None:
+    """summary.json's top-level ``satisfied``, one meaning for every command (``raco train``,
+    ``raco tune`` in both scopes, sweeps, groups): the released model meets every constraint's
+    gamma, as the user asked for it, with hard predictions on the held-out test split (the
+    ``holds``/``VIOLATED`` rows of the result table; ``metrics.test.satisfied``).  The
+    training-side signal is ``metrics.release.satisfied`` (scope=model: the noisy histograms)
+    or ``metrics.train.satisfied`` (full records).
+
+    >>> released_model_satisfied({"test": {"satisfied": False}, "release": {"satisfied": True}})
+    False
+    """
+    value = (metrics.get("test") or {}).get("satisfied")
+    return None if value is None else bool(value)
+
+
+def training_signal(summary: Mapping[str, Any]) -> bool | None:
+    """Whether the released model met its training target on the training side: the noisy
+    histograms' feasibility (``metrics.release``, scope=model) or the exact training split's
+    hard constraint (``metrics.train``, full records); None when neither tells."""
+    metrics = summary.get("metrics") or {}
+    for split in ("release", "train"):
+        value = (metrics.get(split) or {}).get("satisfied")
+        if value is not None:
+            return bool(value)
+    return None
 
 
 def status_of(path: str) -> str:

@@ -55,6 +55,7 @@ def test_a_default_run_trains_against_gamma_minus_the_margin_and_reports_the_req
     test = summary["metrics"]["test"]
     assert test["constraints"]["dp"]["gamma"] == [0.25] * len(summary["constraints"])
     assert test["satisfied"] == (test["constraint_max_hard"] <= 0.25)
+    assert summary["satisfied"] is test["satisfied"]  # one meaning: the released model on the test split, as asked for
     # the result table: one row per constrained family against the requested gamma, the confidence
     # line with the margin, and the noisy signal worded as a training-side signal
     (row,) = _verdicts(stdout)
@@ -84,8 +85,11 @@ def test_without_confidence_the_run_trains_against_gamma_itself(tmp_path, extra)
     assert summary["confidence"] is None and summary["margins"] is None
     assert "confidence  " not in stdout
     assert [r[2] for r in _verdicts(stdout)] == [0.25]
+    assert summary["satisfied"] is summary["metrics"]["test"]["satisfied"]  # in every scope
     if extra == ["privacy.scope=paper"]:
         assert "training constraint  " in stdout and "on the training split (exact)" in stdout
+        shown = "satisfied" if summary["metrics"]["train"]["satisfied"] else "violated"
+        assert f"training constraint  {shown} on the training split (exact)" in stdout
 
 
 def test_under_auto_a_margin_the_data_cannot_support_warns_and_trains_against_gamma(tmp_path):
@@ -94,7 +98,12 @@ def test_under_auto_a_margin_the_data_cannot_support_warns_and_trains_against_ga
     res = raco("train", *TINY, "tracking=none", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     warned = [line for line in (res.stdout + res.stderr).splitlines() if "constraint.confidence=auto (0.9) cannot be met" in line]
-    assert len(warned) == 1 and "trained against gamma itself" in warned[0] and "a lower constraint.confidence" in warned[0]
+    assert len(warned) == 1 and "trained against gamma itself" in warned[0] and "constraint.confidence=0.5, more rows" in warned[0]
+    message = warned[0].split(" - ", 1)[1]  # after the log prefix
+    assert re.fullmatch(r"constraint\.confidence=auto \(0\.9\) cannot be met: dp\[group=\d,class=\d\] needs a margin of \d+\.\d{3} > "
+                        r"gamma=0\.02 \(~\d+ training rows in its smallest subset\); trained against gamma itself, no confidence "
+                        r"claimed\. Helps: constraint\.confidence=0\.5, more rows, a larger eps", message), message
+    assert len(message) < 300  # it was ~560 characters (issue 57)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["confidence"] is None and summary["margins"] is None
 

@@ -166,7 +166,7 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
             "tune.repetitions=truncated_negative_binomial", "tune.mean=3", "tune.study=s", f"tune.out={tmp_path / 'tune'}", f"tracking.uri=sqlite:///{db}"]
     res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    run = tmp_path / "tune" / "s" / "best"
+    run = tmp_path / "tune" / "s-1" / "best"  # the search's own directory: <tune.out>/<study>-<k>
     summary = json.loads((run / "summary.json").read_text())
     assert summary["eps_target"] == 2.0 and 1.5 < summary["eps_spent"] <= 2.0
     assert summary["search"]["protocol"].startswith("private") and summary["search"]["eps_covers"] == "the search"
@@ -175,9 +175,10 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert summary["search"]["eps_trial"] < summary["eps_spent"]
     # the best trial's run and its configuration: no file per trial, no study
     written = sorted(str(p.relative_to(tmp_path / "tune")) for p in (tmp_path / "tune").rglob("*") if p.is_file())
-    assert written == ["s/best.yaml", "s/best/.mlflow_run_id", "s/best/config.yaml", "s/best/curves.png", "s/best/model.pt", "s/best/summary.json"]
+    assert written == ["s-1/best.yaml", "s-1/best/.mlflow_run_id", "s-1/best/config.yaml", "s-1/best/curves.png", "s-1/best/model.pt",
+                       "s-1/best/summary.json"]
     assert not any(k in summary["search"] for k in ("trials", "k", "n_trials"))
-    best_yaml = (tmp_path / "tune" / "s" / "best.yaml").read_text()
+    best_yaml = (tmp_path / "tune" / "s-1" / "best.yaml").read_text()
     assert "protocol: private" in best_yaml and "search_eps" in best_yaml
     from mlflow.tracking import MlflowClient
 
@@ -195,6 +196,9 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert "Private searches" in text and price in text and "over 3 candidates" in text, text
     assert re.search(r"dp_sgd\s+2\s", text) and "dp_sgd     eps=2 " in text, text  # reported at the search's eps, not the trial's
     assert "per-trial eps" in res.stdout and math.isfinite(summary["metrics"]["test"]["accuracy"])
+    # raco train's result table, for the released model, with the search's lines and where it is
+    assert "dp_sgd on synthetic (none, gamma=0)" in res.stdout and " for the whole search" in res.stdout, res.stdout
+    assert f"summary              {run / 'summary.json'}" in res.stdout and "  best trial           noisy validation" in res.stdout
     assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
 
 
@@ -278,5 +282,5 @@ def test_with_no_noisy_feasible_trial_the_closest_is_released_and_said_so(tmp_pa
     assert tune_cmd.private_main(opts, overrides) == 0
     out = capsys.readouterr().out
     assert "warning: no trial of the private search met constraint.gamma" in out and "closest to it" in out
-    summary = json.loads((tmp_path / "tune" / "s" / "best" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "tune" / "s-1" / "best" / "summary.json").read_text())
     assert summary["search"]["noisy_feasible"] is False

@@ -156,6 +156,57 @@ def test_the_step_search_finds_the_same_T_from_any_start(crossing, limit, hint, 
     assert all(1 <= c <= limit for c in calls)
 
 
+@settings(max_examples=400, deadline=None)
+@given(crossing=st.integers(1, 1200), other=st.integers(0, 1300), limit=st.integers(1, 1000), flat=st.integers(1, 40),
+       curved=st.booleans())
+def test_a_search_from_evaluations_at_another_target_finds_the_same_T(crossing, other, limit, flat, curved):
+    """A private search plans a candidate at several per-trial eps: the eps(T) evaluated for one
+    target are the start of the next (``seen``), whose answer is the search's from scratch, with
+    every T evaluated in [1, limit]."""
+    def eps_at(T):  # non-decreasing; plateaus of ``flat`` steps; 1.0 is crossed at T = crossing
+        base = (T // flat) * flat
+        return (base / crossing) ** (0.5 if curved else 1.0) if T <= crossing else 1.0 + T
+
+    def search(target, seen):
+        calls: list[int] = []
+        found = accountant.largest_within(lambda T: (calls.append(T), eps_at(T))[1], target, limit, seen=seen,
+                                          unreachable=lambda e: RuntimeError(f"over {e}"))
+        assert all(1 <= c <= limit for c in calls)
+        return found, calls
+
+    seen: dict[int, float] = {}
+    first_target = eps_at(min(other, 1200)) if other <= 1200 else 2.0  # the earlier search's target
+    try:
+        search(first_target, seen)
+    except RuntimeError:
+        pass
+    fresh, _ = search(1.0, None)
+    again, _ = search(1.0, seen)
+    assert again == fresh == min(crossing, limit)
+
+
+def test_plans_of_one_event_at_several_eps_share_their_evaluations(monkeypatch):
+    """The probes of a private search's plan (one candidate at eps 1, 0.5, then near 0.42): each
+    T the same as a plan from scratch, the later ones in a few PLD evaluations (issue 57: 8
+    candidates x 9 probes x ~13 evaluations of ~40 ms were most of raco tune's start-up)."""
+    step = events.raco_step(sample_rate=0.0356, noise_multiplier=3.0, hist_noise_multiplier=12.0, sampling="independent")
+    seen: dict[int, float] = {}
+    counts = []
+    for eps in (1.0, 0.5, 0.4296, 0.4239):
+        evaluations: list[int] = []
+        search = accountant.largest_within
+
+        def counted(eps_at, *args, _log=evaluations, _search=search, **kwargs):
+            return _search(lambda T: (_log.append(T), eps_at(T))[1], *args, **kwargs)
+
+        monkeypatch.setattr(accountant, "largest_within", counted)
+        shared = accountant.max_steps(step, accountant.Budget(eps, 1e-5), limit=10_000, describe="x", sample_rate=0.0356, seen=seen)
+        counts.append(len(evaluations))
+        monkeypatch.setattr(accountant, "largest_within", search)
+        assert shared == accountant.max_steps(step, accountant.Budget(eps, 1e-5), limit=10_000, describe="x", sample_rate=0.0356)
+    assert counts[0] > 8 and max(counts[2:]) <= 4, counts
+
+
 def test_a_close_hint_needs_a_few_evaluations_and_plans_the_same_T(monkeypatch):
     """max_steps from a neighbouring run's T (the seeds of a scope=model sweep: each its own
     released n~, so its own q): the same T as the bisection from scratch, in a few PLD

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raco_cli.privacy import accountant
 from raco_cli.privacy.rdp import ORDERS, rdp_curve, rdp_epsilon
@@ -140,3 +142,64 @@ def test_the_trial_budget_keeps_the_whole_search_within_the_total():
     assert search_at(trial) <= 1.0 < search_at(trial * 1.02)
     with pytest.raises(ValueError, match="exceeds"):
         plan_trial_epsilon(1e-6, search_at)
+
+
+def _old_plan_trial_epsilon(total_eps, search_eps_at, *, smallest=1e-3, rel_tol=0.01):
+    """The rule before issue 57 (halving, then geometric bisection): the probe count to beat."""
+    hi = total_eps
+    if search_eps_at(hi) <= total_eps:
+        return hi
+    lo = hi / 2.0
+    while search_eps_at(lo) > total_eps:
+        if lo < smallest * total_eps:
+            raise ValueError("exceeds")
+        lo, hi = lo / 2.0, lo
+    while hi / lo > 1.0 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if search_eps_at(mid) <= total_eps else (lo, mid)
+    return lo
+
+
+@settings(max_examples=300, deadline=None)
+@given(power=st.floats(0.3, 3.0), scale=st.floats(0.05, 40.0), steps=st.integers(0, 60), floor=st.floats(0.0, 0.2),
+       rel_tol=st.sampled_from([0.005, 0.01, 0.02]))
+def test_the_trial_budget_probes_follow_the_curve_and_stay_within_the_total(power, scale, steps, floor, rel_tol):
+    """Whatever the curve (power laws, staircases of ``steps`` levels like integer step counts,
+    inf below ``floor``, i.e. no candidate takes a step): the per-trial eps returned fits, one
+    evaluated within rel_tol above it does not, and no more probes than halving and bisection
+    (issue 57: the probes are the start-up of raco tune)."""
+    def curve(x):
+        if x < floor:
+            return math.inf
+        y = scale * x**power
+        return y if steps == 0 else math.ceil(y * steps) / steps
+
+    probes: list[tuple[float, float]] = []
+
+    def at(x):
+        probes.append((x, curve(x)))
+        return probes[-1][1]
+
+    old: list[float] = []
+    try:
+        _old_plan_trial_epsilon(1.0, lambda x: (old.append(x), curve(x))[1], rel_tol=rel_tol)
+    except ValueError:  # halving can jump over a narrow window above the floor; the secant may find it
+        old = []
+    try:
+        trial = plan_trial_epsilon(1.0, at, rel_tol=rel_tol)
+    except ValueError:
+        assert not old  # no fit found where the old rule found one
+        return
+    assert curve(trial) <= 1.0 and (trial, curve(trial)) in probes
+    assert trial == 1.0 or any(trial < x <= trial * (1 + rel_tol) + 1e-15 and y > 1.0 for x, y in probes)
+    if old:
+        assert len(probes) <= len(old) + 2  # a staircase can cost a closing probe or two; a smooth curve saves (below)
+
+
+@pytest.mark.parametrize(("power", "scale"), [(1.3, 5.0), (0.8, 2.4), (2.0, 9.0)])
+def test_on_a_power_law_the_probes_are_about_half_of_bisections(power, scale):
+    new: list[float] = []
+    old: list[float] = []
+    plan_trial_epsilon(1.0, lambda x: (new.append(x), scale * x**power)[1], rel_tol=0.01)
+    _old_plan_trial_epsilon(1.0, lambda x: (old.append(x), scale * x**power)[1], rel_tol=0.01)
+    assert len(new) <= 5 < len(old), (new, old)
