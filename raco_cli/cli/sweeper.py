@@ -330,7 +330,7 @@ class RacoSweeper(Sweeper):
             return 1
         n = int(OmegaConf.select(self.config, "hydra.launcher.n_jobs", default=1) or 1)
         if n < 0:  # joblib: -1 = every core, -2 = all but one, ...
-            from raco_cli.cli.paths import cpu_count
+            from raco_cli.cores import cpu_count
 
             n = max(1, cpu_count() + 1 + n)
         return n

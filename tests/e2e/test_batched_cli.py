@@ -75,7 +75,7 @@ def test_seeds_of_a_planned_scope_model_sweep_train_together_as_each_alone(tmp_p
     within MIXED_STEPS_SPREAD of the smallest T train as one group to its largest T, and every
     summary equals the ungrouped sweep's (to the last bit).  With 8 seeds on 2 cores or more the group
     plans its runs in parallel (planning.plan_ahead)."""
-    from raco_cli.cli.paths import cpu_count
+    from raco_cli.cores import cpu_count
     from raco_cli.methods.planning import PLANS_PER_PROCESS
     from raco_cli.run.group import MIXED_STEPS_SPREAD
 

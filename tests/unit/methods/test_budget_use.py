@@ -100,7 +100,7 @@ def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatc
     then finds its plan and logs what the plan logged, the whole-run eps is in the accountant's
     cache (the run's finish), and a request whose budget is unreachable is left to its run,
     which raises."""
-    from raco_cli.cli import paths
+    from raco_cli import cores
 
     spec = MethodSpec(name="raco_dp", batch_size=200, max_steps=60, noise_multiplier=3.0, hist_noise_multiplier=12.0, size_noise=50.0)
     sizes = (5012, 4987, 5040, 4950, 5003, 4999, 5020, 4975)
@@ -120,7 +120,7 @@ def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatc
     planning._CACHE.clear()
     planning._STEPS_HINTS.clear()
     accountant._EPSILON_CACHE.clear()
-    monkeypatch.setattr(paths, "cpu_count", lambda: 3)
+    monkeypatch.setattr(cores, "cpu_count", lambda: 3)
     monkeypatch.setattr(planning, "PLANS_PER_PROCESS", 2)
     group_log = logging.FileHandler(tmp_path / "group.log")  # as the group's Hydra log: inherited by the forks
     logging.getLogger().addHandler(group_log)
@@ -140,7 +140,7 @@ def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatc
         assert (p.steps, p.eps_planned, p.spec, repr(p.event)) == (p_alone.steps, p_alone.eps_planned, p_alone.spec, repr(p_alone.event))
     with pytest.raises(accountant.PrivacyBudgetError):
         planning.plan(raco_dp, impossible.spec, n_train=10.0, eps=1e-3, delta=1e-5, constrained=True, discretization=1e-3)
-    monkeypatch.setattr(paths, "cpu_count", lambda: 1)  # one core: nothing ahead
+    monkeypatch.setattr(cores, "cpu_count", lambda: 1)  # one core: nothing ahead
     planning._CACHE.clear()
     assert planning.plan_ahead(requests) == 0
 
@@ -148,12 +148,12 @@ def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatc
 def test_plans_ahead_that_fail_cost_only_time(monkeypatch, caplog):
     """A failure of the parallel planning itself (a process that dies, a request that cannot be
     sent) is one warning line: the runs then plan one by one, as without it."""
-    from raco_cli.cli import paths
+    from raco_cli import cores
 
     def broken(requests):
         raise OSError("no more processes")
 
-    monkeypatch.setattr(paths, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cores, "cpu_count", lambda: 2)
     monkeypatch.setattr(planning, "_plan_slice", broken)
     spec = MethodSpec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
     requests = [planning.PlanRequest("dp_sgd", spec, n, 2.0, 1e-5, False, 1e-3) for n in range(5000, 5008)]
