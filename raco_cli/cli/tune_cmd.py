@@ -38,7 +38,7 @@ came from.  Tuning and selection on validation data are not privacy-accounted (a
 An adaptive sampler (TPE) reads earlier trials' scores, which the private search's theorem does
 not cover: it stays in this protocol.
 
-Search space, and why its learning rates leave the paper's range: :mod:`raco_cli.cli.tune_space`.
+Search space, and why its learning rates leave the paper's range: :mod:`raco_cli.run.tune_space`.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raco_cli.cli.tune_space import (
+from raco_cli.errors import ConfigError, RacoError
+from raco_cli.run.tune_space import (
     SPACE,
     default_study,
     space_of,
     trial_overrides,
 )
-from raco_cli.errors import ConfigError, RacoError
 
 RETRAIN_SEED0 = 1000  # retrained models use new seeds (paper: "train 20 new models")
 TUNE_KEYS = {

@@ -9,7 +9,7 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    as given, and ``tune.candidates - 1`` local settings drawn with ``tune.sampler_seed``: each
    searched value of the configuration, as resolved for the data (an auto batch size from n~;
    an auto dual step stays auto, resolved per candidate), times a log-uniform factor
-   (:data:`raco_cli.cli.tune_space.LOCAL_RANGE`).
+   (:data:`raco_cli.run.tune_space.LOCAL_RANGE`).
 3. **Plan**: the largest per-trial eps whose whole search stays within ``eps``.  A trial draws one
    candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
    [the training run planned at that eps + the score release]; the search's curve follows from
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from raco_cli.errors import ConfigError, RacoError
+from raco_cli.run.tune_space import LOCAL_RANGE, default_study, local_overrides, space_of
 
 PROTOCOL = "private (Papernot & Steinke 2022)"
 
@@ -77,15 +78,13 @@ class Trial:
 def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float,
                     objective: str = "erm") -> list[list[str]]:
     """``n`` local candidates: each searched value of the method times a log-uniform factor
-    (``raco_cli.cli.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
+    (``raco_cli.run.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
     configuration's own values as resolved for the data and ``n_train`` the released n~: a
     function of the configuration and accounted releases only (post-processing).
 
     >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
     'method.noise_multiplier=3.352'
     """
-    from raco_cli.cli.tune_space import LOCAL_RANGE, local_overrides, space_of
-
     names = [name for name in space_of(method, objective) if _number(values.get(name))]
     rng = np.random.default_rng(seed)
     out = []
@@ -116,8 +115,6 @@ def _number(value: Any) -> bool:
 
 def study_name(spec: Any) -> str:
     """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
-    from raco_cli.cli.tune_space import default_study
-
     # the dataset as its runs name it: a table's own name (dataset.options.name, else its file's stem), not "table"
     return "private-" + default_study(spec.method.name, spec.dataset.display, spec.constraint.name, spec.eps, spec.constraint.gamma)
 

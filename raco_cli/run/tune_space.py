@@ -1,5 +1,8 @@
 """The search space of ``raco tune`` (the paper's ranges, App. E.2) and Optuna values -> overrides.
 
+In the run layer because both searches read it: the paper's Optuna search on the command line,
+and the private search (:mod:`raco_cli.run.private_search`), which may not import the command line.
+
 Search space (RaCO-DP; other methods use the subset they have):
 
 ==========================  ====================  =========================================
