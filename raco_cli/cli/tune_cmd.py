@@ -191,12 +191,13 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
     """Phase 1.  Returns (study, study name)."""
     import optuna
 
+    from raco_cli.cli.job_config import plain_job
     from raco_cli.cli.validate import compose_config, compose_job
     from raco_cli.run.group import DEFAULT_MEMORY_GB, train_group
     from raco_cli.run.spec import build_run_spec
 
     base = compose_config([*overrides, "tracking=none"])  # bad overrides: one line, before any trial
-    spec = build_run_spec(base)  # validates the overrides once (one-line errors)
+    spec = build_run_spec(plain_job(base))  # validates the overrides once (one-line errors)
     method = spec.method.name
     names = space_of(method, str(base.objective.name))
     # named after the dataset as its runs are (a table's own name, not "table"): two tables, two studies
@@ -243,7 +244,7 @@ def run_search(opts: Mapping[str, Any], overrides: list[str], *, log=print) -> t
         # the trial's seeds as one sweep group (one batched problem when the method has one), composed
         # once; no MLflow and no curves.png: a trial's models are scored, not kept
         cfg = compose_job([*overrides, *ovr, "tracking=none", "tracking.curves=false"])
-        members = [{"num": s, "run_dir": str(out_dir / f"trial_{trial.number}" / f"seed_{s}"), "config": _with_seed(cfg, s)}
+        members = [{"num": s, "run_dir": str(out_dir / f"trial_{trial.number}" / f"seed_{s}"), "config": plain_job(_with_seed(cfg, s))}
                    for s in range(int(opts["trial_seeds"]))]
         summaries = train_group(members, sweep_dir=None, memory_gb=DEFAULT_MEMORY_GB)
         if any(s is None for s in summaries):  # e.g. a batch size whose budget allows no step: infeasible

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raco_cli.cli.compose_cache import ComposeCache
+from raco_cli.cli.job_config import plain_job
 from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options
 from raco_cli.cli.plugins import register_resolvers
 from raco_cli.errors import ConfigError, unknown_name
@@ -242,7 +243,7 @@ def prevalidate(args: Sequence[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
             raise ConfigError(f"{context}Invalid override in {variant}: {_first_line(exc)}") from None
         try:
-            build_run_spec(cfg)
+            build_run_spec(plain_job(cfg))
         except ConfigError as exc:
             raise ConfigError(f"{context}{exc}") from None
         except Exception as exc:  # noqa: BLE001 - interpolation errors while resolving

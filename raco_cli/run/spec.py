@@ -303,19 +303,29 @@ def _curves(value: Any) -> bool | str:
                                   meaning="draw curves.png (auto: single runs yes, sweep jobs no)."))
 
 
-def plain_config(cfg: Any) -> dict[str, Any]:
+def plain_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved config as plain containers (MLflow params, summary.json, config.yaml).
 
-    Hydra composes an OmegaConf ``DictConfig``; everything below the command line works on
-    plain dicts, and this is where one becomes the other (OmegaConf is imported only then).
-    """
-    if type(cfg).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
+    The command line hands the run layer plain dicts: it converts Hydra's ``DictConfig`` with
+    OmegaConf (:func:`raco_cli.cli.job_config.plain_job`), which only the command line imports.
+    A plain dict is copied as it is; any other mapping (a ``DictConfig`` a caller composed itself,
+    as tests do) is read key by key into dicts and lists, its interpolations resolved as read.
 
-        out = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(out, dict)
-        return {str(k): v for k, v in out.items()}
-    return dict(cfg)
+    >>> plain_config({"eps": 1.0, "method": {"name": "sgd"}})
+    {'eps': 1.0, 'method': {'name': 'sgd'}}
+    """
+    from collections.abc import Sequence
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+            return [plain(v) for v in value]
+        return value
+
+    if isinstance(cfg, dict):
+        return dict(cfg)
+    return {str(k): plain(v) for k, v in cfg.items()}
 
 
 def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
