@@ -25,6 +25,10 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed
    number of repetitions).
+
+The configurations come from the command line (:class:`SearchConfigs`, composed by Hydra in
+:mod:`raco_cli.cli.tune_private`): the search chooses the candidates' overrides, the command line
+composes them.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +49,19 @@ from raco_cli.errors import ConfigError, RacoError
 from raco_cli.run.tune_space import LOCAL_RANGE, default_study, local_overrides, space_of
 
 PROTOCOL = "private (Papernot & Steinke 2022)"
+
+
+class SearchConfigs(Protocol):
+    """The job configs of a search, as plain dicts: the configuration as given and each trial's."""
+
+    def given(self) -> Mapping[str, Any]:
+        """The configuration as given, validated (bad overrides: one line, before any release)."""
+        ...
+
+    def trial(self, candidate: Sequence[str], eps: float, seed: int, *, experiment: str) -> Mapping[str, Any]:
+        """The configuration with a candidate's overrides, at ``eps`` and ``seed``; its runs go to the
+        MLflow experiment ``experiment`` unless the configuration's overrides name one."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -142,18 +159,15 @@ def score_event(score_noise: float) -> Any:
 class PrivateSearch:
     """Steps 1-3 at construction (step 3 in :meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
 
-    def __init__(self, opts: SearchOptions, overrides: Sequence[str]) -> None:
+    def __init__(self, opts: SearchOptions, configs: SearchConfigs) -> None:
         from raco_cli import methods
-        from raco_cli.cli.validate import compose_config
         from raco_cli.methods.base import Seeds
         from raco_cli.methods.planning import once_events
         from raco_cli.run.prepare import release_inputs
         from raco_cli.run.spec import build_run_spec
 
-        self.opts, self.overrides = opts, list(overrides)
-        self._composed: dict[tuple[str, ...], Any] = {}  # candidate -> its composed job config (_trial_config)
-        base = compose_config(self.overrides)  # bad overrides: one line, before any release
-        self.spec = build_run_spec(base)
+        self.opts, self.configs = opts, configs
+        self.spec = build_run_spec(configs.given())  # bad overrides: one line, before any release
         self.study = opts.study or study_name(self.spec)
         self.method = methods.get(self.spec.method.name)
         if not self.method.PRIVATE:
@@ -174,25 +188,10 @@ class PrivateSearch:
         self.usable = sorted(self.trial_events)
 
     # -- step 3 -------------------------------------------------------------------------------
-    def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Any:
-        """The candidate's job config at ``eps`` and ``seed``: composed by Hydra once per candidate,
-        then copied with the two keys set (planning asks for each candidate at every bisection
-        point; ``test_a_trial_config_is_the_composed_one`` checks the copy equals a fresh compose)."""
-        import copy
-
-        from omegaconf import open_dict
-
-        from raco_cli.cli.validate import compose_job
-
-        key = tuple(candidate)
-        if key not in self._composed:
-            experiment = [] if any(o.lstrip("+").startswith("tracking.experiment=") for o in self.overrides) \
-                else [f"tracking.experiment=tune-{self.study}"]
-            self._composed[key] = compose_job([*self.overrides, *experiment, *candidate])
-        cfg = copy.deepcopy(self._composed[key])
-        with open_dict(cfg):
-            cfg.eps, cfg.seed = float(eps), int(seed)
-        return cfg
+    def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Mapping[str, Any]:
+        """The candidate's job config at ``eps`` and ``seed`` (planning asks for each candidate at
+        every bisection point), its runs in the search's MLflow experiment ``tune-<study>``."""
+        return self.configs.trial(candidate, eps, seed, experiment=f"tune-{self.study}")
 
     def _prepare(self, candidate: Sequence[str], eps: float, seed: int = 0) -> Any:
         from raco_cli.run.prepare import prepare_run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from raco_cli.cli import tune_cmd
+from raco_cli.cli import tune_best, tune_cmd, tune_paper
 from raco_cli.errors import ConfigError
 
 optuna = pytest.importorskip("optuna")
@@ -51,12 +51,12 @@ def test_interrupted_trials_are_failed_and_queued_again_once(tmp_path):
     study.tell(bad, state=TrialState.FAIL)  # a trial that failed on its own: not retried
 
     reloaded = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}")
-    assert tune_cmd._requeue_interrupted(reloaded) == 1
+    assert tune_paper._requeue_interrupted(reloaded) == 1
     trials = reloaded.get_trials()
     assert trials[killed.number].state == TrialState.FAIL
     waiting = [t for t in trials if t.state == TrialState.WAITING]
     assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == {"lr": killed.params["lr"]}
-    assert tune_cmd._requeue_interrupted(reloaded) == 0  # a second resume does not queue it twice
+    assert tune_paper._requeue_interrupted(reloaded) == 0  # a second resume does not queue it twice
 
 
 def test_best_feasible_ignores_infeasible_and_incomplete_trials(tmp_path):
@@ -66,9 +66,9 @@ def test_best_feasible_ignores_infeasible_and_incomplete_trials(tmp_path):
         t.set_user_attr("violation", violation)
         study.tell(t, value)
     study.ask()  # running
-    best = tune_cmd.best_feasible(study.get_trials())
+    best = tune_paper.best_feasible(study.get_trials())
     assert best is not None and best.number == 2  # highest feasible value, the earlier of a tie
-    assert tune_cmd.best_feasible([]) is None
+    assert tune_paper.best_feasible([]) is None
 
 
 def test_best_yaml_is_an_experiment_config_with_provenance(tmp_path):
@@ -78,7 +78,7 @@ def test_best_yaml_is_an_experiment_config_with_provenance(tmp_path):
     t.set_user_attr("overrides", ["method.lr=2.5", "method.batch_size=512", "method.hist_noise_multiplier=4.0"])
     t.set_user_attr("val_accuracy_per_seed", [0.83, 0.84])
     study.tell(t, 0.835)
-    path = tune_cmd.write_best(study.get_trials()[0], study_name="s", storage="sqlite:///o.db",
+    path = tune_best.write_best(study.get_trials()[0], study_name="s", storage="sqlite:///o.db",
                                overrides=["dataset=adult", "eps=1"], n_trials=1, out=tmp_path / "out")
     text = path.read_text()
     assert text.startswith("# @package _global_\n# Tuned by `raco tune` on ")
@@ -95,13 +95,13 @@ def test_best_yaml_nests_dotted_keys(tmp_path):
     t.set_user_attr("violation", -0.01)
     t.set_user_attr("overrides", ["method.lr=2.5", "method.options.lam=4.0"])
     study.tell(t, 0.9)
-    path = tune_cmd.write_best(study.get_trials()[0], study_name="s", storage="sqlite:///o.db",
+    path = tune_best.write_best(study.get_trials()[0], study_name="s", storage="sqlite:///o.db",
                                overrides=["method=dp_fermi"], n_trials=1, out=tmp_path / "out")
     assert yaml.safe_load(path.read_text()) == {"method": {"lr": 2.5, "options": {"lam": 4.0}}}
 
 
 def _open(args):
-    tune_cmd.open_study(*args)
+    tune_paper.open_study(*args)
     return True
 
 

@@ -1,5 +1,6 @@
-"""The private search of ``raco tune`` (privacy.scope=model): its eps is the whole search's, its
-number of trials is drawn, and nothing but the best trial is written."""
+"""``raco tune`` under privacy.scope=model, the command's side (raco_cli/cli/tune_private.py):
+Hydra composes the search's configs, and nothing but the best trial is written, into the search's
+own directory.  (The search itself: tests/unit/run/test_private_search.py.)"""
 
 from __future__ import annotations
 
@@ -10,22 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dp_accounting as dpa
-import numpy as np
 import pytest
-from dp_accounting import dp_event
-from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
-from raco_cli.cli import tune_cmd
+from raco_cli.cli import tune_cmd, tune_private
+from raco_cli.cli.tune_private import HydraSearchConfigs
 from raco_cli.errors import ConfigError
 from raco_cli.privacy.tuning import Repetitions
-from raco_cli.run.private_search import (
-    PrivateSearch,
-    SearchOptions,
-    Trial,
-    draw_candidates,
-    score_event,
-)
+from raco_cli.run.private_search import PrivateSearch, SearchOptions
 
 SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "method.max_steps=40", "method.eval_every=20",
          "tracking=none"]
@@ -33,108 +25,7 @@ SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "meth
 
 def _search(tmp_path, reps, candidates=1, overrides=SMALL):
     opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, study="t")
-    return PrivateSearch(opts, overrides)
-
-
-def test_the_search_eps_is_dp_accountings_repeat_and_select_of_the_trial(tmp_path):
-    """One candidate: the trial is one event, and the whole search (the releases made once, then
-    the best of K trials) is accounted by dp-accounting's own RDP accountant independently."""
-    reps = Repetitions("truncated_negative_binomial", 4.0, 1.0)
-    search = _search(tmp_path, reps)
-    assert search.usable == [0]
-    prep = search._prepare(search.candidates[0], search.eps_trial)
-    trial = dpa.ComposedDpEvent([prep.plan.event, score_event(30.0)])
-    library = rdp_lib.RdpAccountant()
-    library.compose(dpa.ComposedDpEvent([*search.before, dp_event.RepeatAndSelectDpEvent(trial, 4.0, 1.0)]))
-    assert search.eps_spent == pytest.approx(library.get_epsilon(search.delta), rel=1e-6)
-    assert search.eps_spent <= 2.0
-    one_trial = rdp_lib.RdpAccountant()
-    one_trial.compose(dpa.ComposedDpEvent([*search.before, trial]))
-    assert one_trial.get_epsilon(search.delta) < 0.7 * search.eps_spent  # the search costs well above one trial
-
-
-def test_fixed_repetitions_are_accounted_as_their_composition(tmp_path):
-    search = _search(tmp_path, Repetitions("fixed", 3))
-    prep = search._prepare(search.candidates[0], search.eps_trial)
-    trial = dpa.ComposedDpEvent([prep.plan.event, score_event(30.0)])
-    library = rdp_lib.RdpAccountant()
-    library.compose(dpa.ComposedDpEvent([*search.before, dpa.SelfComposedDpEvent(trial, 3)]))
-    assert search.eps_spent == pytest.approx(library.get_epsilon(search.delta), rel=1e-6)
-
-
-def test_the_number_of_trials_is_drawn_at_each_search(tmp_path, monkeypatch):
-    """run() draws K afresh (never the mean): over many searches with stub trials K varies and
-    averages the distribution's mean."""
-    reps = Repetitions("truncated_negative_binomial", 3.0, 1.0)
-    search = _search(tmp_path, reps)
-    counts = []
-
-    def stub(self, index, seed):
-        counts[-1] += 1
-        return Trial(list(self.candidates[index]), None, None, float(seed), 1.0, True)
-
-    monkeypatch.setattr(PrivateSearch, "_trial", stub)
-    for _ in range(300):
-        counts.append(0)
-        search.run()
-    assert len(set(counts)) > 3
-    assert np.mean(counts) == pytest.approx(3.0, rel=0.2)
-
-
-def test_trials_are_ranked_feasible_first_then_by_noisy_count():
-    a = Trial([], None, None, 900.0, 1000.0, False, excess=0.02)
-    b = Trial([], None, None, 800.0, 1000.0, True)
-    c = Trial([], None, None, 850.0, 1000.0, True)
-    assert max([a, b, c], key=lambda t: t.rank) is c
-    # none noisy-feasible: the one closest to its target, not the most accurate (the least fair)
-    d = Trial([], None, None, 990.0, 1000.0, False, excess=0.08)
-    e = Trial([], None, None, 700.0, 1000.0, False, excess=0.01)
-    assert max([a, d, e], key=lambda t: t.rank) is e
-
-
-GIVEN = {"noise_multiplier": 3.0, "laplace_b": 12.0, "lr": 4.0, "lr_dual": 0.2, "batch_size": 256, "temperature": 2.0,
-         "lam": None}
-
-
-def _values(candidate):
-    return {o.split("=")[0]: float(o.split("=")[1]) for o in candidate}
-
-
-def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_tilde():
-    """Each searched value is the given one times a factor in its LOCAL_RANGE; the batch size
-    stays within [8, n~/2]; nothing else enters (no data)."""
-    assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) == draw_candidates("raco_dp", 5, 3, GIVEN, 4000)
-    assert draw_candidates("raco_dp", 5, 3, GIVEN, 4000) != draw_candidates("raco_dp", 5, 4, GIVEN, 4000)
-    drawn = [_values(c) for c in draw_candidates("raco_dp", 300, 0, GIVEN, 600)]
-    lrs = [v["method.lr"] for v in drawn]
-    assert 1.0 <= min(lrs) < 1.3 and 12.5 < max(lrs) <= 16.0  # 4 x [1/4, 4], spread over it
-    assert all(2.0 <= v["method.noise_multiplier"] <= 4.5 for v in drawn)
-    batches = [v["method.batch_size"] for v in drawn]
-    assert 64 <= min(batches) < 75 and max(batches) == 300  # 256 x [1/4, 2], capped at n~/2 = 300
-    assert all(set(v) == {"method.noise_multiplier", "method.hist_noise_multiplier", "method.lr", "method.lr_dual",
-                          "method.batch_size", "method.temperature"} for v in drawn)  # lam is None: not raco_dp's
-    assert [set(_values(c)) for c in draw_candidates("dp_sgd", 1, 0, GIVEN, 600)] == [
-        {"method.noise_multiplier", "method.lr", "method.batch_size"}]
-
-
-def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(tmp_path):
-    """Candidate 0 is the configuration as given; the others scale its auto batch size, which is
-    the power of two nearest n~/16 (a release), not a fixed range."""
-    search = _search(tmp_path, Repetitions("fixed", 1), candidates=6, overrides=[*SMALL, "method.batch_size=auto"])
-    assert search.candidates[0] == []
-    given = search._prepare([], float(search.spec.eps)).plan.spec.batch_size
-    batches = [_values(c)["method.batch_size"] for c in search.candidates[1:]]
-    assert all(given / 4 - 1 <= b <= given * 2 + 1 for b in batches) and len(set(batches)) > 1
-
-
-@pytest.mark.slow  # two raco_dp searches planned (~36 s each on 2 cores): the fast run stays under ~10 min
-def test_an_auto_dual_step_stays_auto_and_an_explicit_one_is_searched(tmp_path):
-    constrained = ["dataset=synthetic", "method=raco_dp", "constraint=dp", "eps=2", "method.max_steps=40", "tracking=none"]
-    auto = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*constrained, "method.lr_dual=auto"])
-    assert not any(o.startswith("method.lr_dual=") for c in auto.candidates for o in c)
-    fixed = _search(tmp_path, Repetitions("fixed", 1), candidates=3, overrides=[*constrained, "method.lr_dual=0.5"])
-    duals = [_values(c)["method.lr_dual"] for c in fixed.candidates[1:]]
-    assert all(0.125 <= d <= 2.0 for d in duals) and len(set(duals)) == 2
+    return PrivateSearch(opts, HydraSearchConfigs(overrides))
 
 
 @pytest.mark.parametrize(
@@ -150,11 +41,6 @@ def test_an_auto_dual_step_stays_auto_and_an_explicit_one_is_searched(tmp_path):
 def test_bad_private_options_are_one_line(args, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         tune_cmd.parse_args(args)
-
-
-def test_a_non_private_method_is_tuned_under_the_paper_scope(tmp_path):
-    with pytest.raises(ConfigError, match="privacy.scope=paper"):
-        _search(tmp_path, Repetitions("fixed", 1), overrides=[*SMALL, "method=sgd"])
 
 
 def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
@@ -202,7 +88,6 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert not (Path(tmp_path) / "outputs" / "optuna.db").exists()
 
 
-
 def test_a_poisson_draw_of_no_trial_releases_nothing_and_says_so(tmp_path, monkeypatch, capsys):
     """K = 0 (probability exp(-mean) under poisson): one clear error, no run directory, no best.yaml."""
     from raco_cli.errors import RacoError
@@ -211,27 +96,13 @@ def test_a_poisson_draw_of_no_trial_releases_nothing_and_says_so(tmp_path, monke
     monkeypatch.setattr(tuning, "draw_repetitions", lambda reps, rng: 0)
     opts, overrides = tune_cmd.parse_args([*SMALL, "tune.candidates=1", "tune.mean=2", f"tune.out={tmp_path / 'tune'}"])
     with pytest.raises(RacoError, match=r"drew no trial \(K = 0 under tune.repetitions=poisson\)"):
-        tune_cmd.private_main(opts, overrides)
+        tune_private.private_main(opts, overrides)
     assert not (tmp_path / "tune").exists()
 
 
-def test_candidates_planned_for_too_few_steps_are_left_out_of_the_draw(tmp_path):
-    """A candidate whose plan at the trial's eps has fewer than FEW_STEPS steps is not drawn
-    when others have enough; when none has, those that take a step are."""
-    from raco_cli.run.prepare import FEW_STEPS
-
-    overrides = [*SMALL, "method.max_steps=400"]
-    search = _search(tmp_path, Repetitions("fixed", 1), overrides=overrides)
-    search.candidates = [["method.batch_size=600"], ["method.batch_size=50"]]  # q ~ 1/4 vs 1/50 of ~2 500 rows
-    steps = [search._prepare(c, 0.5).plan.steps for c in search.candidates]
-    assert steps[0] < FEW_STEPS <= steps[1], steps
-    assert sorted(search._events(0.5)) == [1]
-    search.candidates = [["method.batch_size=600"]]
-    assert sorted(search._events(0.5)) == [0]
-
-
 def test_a_trial_config_is_the_composed_one(tmp_path):
-    """The cached copy with eps and seed set resolves to what Hydra composes with them as overrides."""
+    """The cached copy with eps and seed set resolves to what Hydra composes with them as overrides
+    (and the search's trial config is that, as plain dicts)."""
     from omegaconf import OmegaConf
 
     from raco_cli.cli.validate import compose_job
@@ -241,8 +112,9 @@ def test_a_trial_config_is_the_composed_one(tmp_path):
         for eps, seed in ((0.37, 0), (1.25, 7)):
             fresh = compose_job([*SMALL, "dataset.split_seed=${seed}", "tracking.experiment=tune-t", *candidate, f"eps={eps!r}",
                                  f"seed={seed}"])
-            cached = search._trial_config(candidate, eps, seed)
+            cached = search.configs.job(candidate, eps, seed, experiment=f"tune-{search.study}")
             assert OmegaConf.to_container(cached, resolve=True) == OmegaConf.to_container(fresh, resolve=True)
+            assert search._trial_config(candidate, eps, seed) == OmegaConf.to_container(fresh, resolve=True)  # what the run layer takes
 
 
 def test_a_users_config_dir_reaches_the_search_and_its_trials(tmp_path):
@@ -259,7 +131,7 @@ def test_a_users_config_dir_reaches_the_search_and_its_trials(tmp_path):
     assert overrides[:2] == ["--config-dir", str(conf)] and opts["candidates"] == 2
     search = _search(tmp_path, Repetitions("fixed", 1), candidates=2, overrides=overrides)
     assert search.spec.dataset.options["n"] == 3000
-    assert search._trial_config(search.candidates[1], 0.5, 3).dataset.options.n == 3000
+    assert search.configs.job(search.candidates[1], 0.5, 3, experiment=f"tune-{search.study}").dataset.options.n == 3000
     with pytest.raises(ConfigError, match="not a directory"):
         tune_cmd.parse_args(["--config-dir", str(tmp_path / "missing"), "dataset=mine"])
     with pytest.raises(ConfigError, match="Unknown option --trials"):
@@ -279,7 +151,7 @@ def test_with_no_noisy_feasible_trial_the_closest_is_released_and_said_so(tmp_pa
     monkeypatch.setattr(PrivateSearch, "_trial", infeasible)
     args = [*SMALL, "tune.candidates=2", "tune.repetitions=fixed", "tune.mean=2", f"tune.out={tmp_path / 'tune'}", "tune.study=s"]
     opts, overrides = tune_cmd.parse_args(args)
-    assert tune_cmd.private_main(opts, overrides) == 0
+    assert tune_private.private_main(opts, overrides) == 0
     out = capsys.readouterr().out
     assert "warning: no trial of the private search met constraint.gamma" in out and "closest to it" in out
     summary = json.loads((tmp_path / "tune" / "s-1" / "best" / "summary.json").read_text())
