@@ -72,7 +72,7 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Split ``tune.*`` options from the training overrides; the options of the overrides' scope."""
     import yaml
 
-    from raco_cli.cli.validate import config_dirs
+    from raco_cli.cli.overrides import config_dirs
 
     overrides = [a for a in argv if not a.startswith("tune.")]
     config_dirs(overrides)  # --config-dir <dir> (a user's own dataset or constraint options): one line when wrong

@@ -6,9 +6,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from raco_cli.cli.overrides import expand_shorthands
 from raco_cli.cli.paths import CONF_DIR
 from raco_cli.cli.plugins import register_resolvers
-from raco_cli.cli.validate import expand_shorthands, prevalidate
+from raco_cli.cli.validate import prevalidate
 from raco_cli.constraints import build_parts
 from raco_cli.errors import ConfigError
 from raco_cli.run.spec import build_run_spec
