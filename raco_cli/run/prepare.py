@@ -371,7 +371,7 @@ def suggested_lr_dual(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_ro
     random walk of sd ``lr_dual s_j sqrt(T)`` (an upper bound: s_j bounds each class count's
     noise separately, and clipping a small group's noisy rate to [0, 1] shrinks it; by Monte
     Carlo the walk's sd is 0.18 at Adult's sizes, 0.10 at Hdma's:
-    tests/unit/methods/test_lr_dual_auto.py).  With small groups (a few rows of a group per
+    tests/unit/run/test_lr_dual_auto.py).  With small groups (a few rows of a group per
     batch) a fixed step of 1 sent lambda to its bound on noise alone and the model to a
     near-constant one (docs/your-own-data.md, measured on public tables).  It gives 0.2 on Adult
     (0.8253 vs 0.8250 at 1.0, 5 seeds) and 0.1 on Parkinsons (its tuned value).  1.0 (the value
