@@ -1,24 +1,53 @@
 """The shape of the package, read from the source with ``ast`` (no module is imported).
 
-Two rules keep ``raco_cli`` readable from the top down:
+The rules that keep ``raco_cli`` readable from the top down (docs/architecture.md):
 
+* layers point down: a module imports modules of its own layer and of the layers below it
+  (:data:`LAYERS`), never one above, so a lower layer is read and tested without the upper ones;
+* a few libraries are imported by one part of the package only (:data:`ONLY_IMPORTED_BY`:
+  Hydra and OmegaConf by the command line, MLflow by ``tracking/``, numba by the compiled pass);
+* no command imports another command's module (``cli/main.py`` dispatches them);
 * no import cycle between modules: a newcomer can read any module after the ones it imports;
-  function-local imports count, since they only hide a cycle, they do not break it;
 * no module takes an underscore name from another: a name shared across modules is public.
 
-Edges are import statements only; ``importlib.import_module`` (the method and dataset
-registries) is dispatch by name and not counted.
+Function-local imports count everywhere: they only hide an arrow, they do not remove it.  Edges
+are import statements only; ``importlib.import_module`` (the method and dataset registries) is
+dispatch by name and not counted.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "raco_cli"
+
+# The layers, top to bottom (docs/architecture.md has the same table): a module belongs to the
+# layer of its longest listed prefix (the package itself, ``raco_cli/__init__.py``, only by name).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tools", ("raco_cli.__main__", "raco_cli.bench", "raco_cli.bench_images")),
+    ("command line", ("raco_cli.cli",)),
+    ("run", ("raco_cli.run",)),
+    ("records", ("raco_cli.tracking", "raco_cli.predictor")),
+    ("audit", ("raco_cli.audit",)),
+    ("methods", ("raco_cli.methods",)),
+    ("mechanisms and measures", ("raco_cli.privacy", "raco_cli.metrics")),
+    ("problem data", ("raco_cli.data", "raco_cli.constraints", "raco_cli.objectives", "raco_cli.models")),
+    ("leaves", ("raco_cli", "raco_cli.errors", "raco_cli.cores", "raco_cli.figures")),
+)
+
+# Library -> the only modules (or packages) that may import it.
+ONLY_IMPORTED_BY: dict[str, tuple[str, ...]] = {
+    "hydra": ("raco_cli.cli",),
+    "hydra_plugins": ("raco_cli.cli",),  # Hydra's launcher plugins (joblib, submitit)
+    "omegaconf": ("raco_cli.cli",),
+    "submitit": ("raco_cli.cli",),  # the SLURM launcher's
+    "mlflow": ("raco_cli.tracking",),
+    "numba": ("raco_cli.methods.batched_scan",),
+}
 
 
 @cache
@@ -197,6 +226,56 @@ def _file(module: str) -> str:
     return str(module_files()[module].relative_to(ROOT))
 
 
+def _within(module: str, prefix: str) -> bool:
+    """Whether ``module`` is ``prefix`` or inside it (the package's own ``__init__`` only by name)."""
+    return module == prefix or (prefix != PACKAGE and module.startswith(prefix + "."))
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the module's layer (its longest listed prefix); None if unlisted."""
+    found = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _within(module, p)]
+    return max(found)[1] if found else None
+
+
+def upward(edges: Iterable[tuple[str, str, int]], layer: Callable[[str], int | None]) -> list[tuple[str, int, str]]:
+    """``(module, line, target)`` of every import ``(module, target, line)`` whose target sits in a
+    layer above the module's (a smaller layer index)."""
+    out = set()  # (one line importing several names of a module is one arrow)
+    for module, target, line in edges:
+        mine, theirs = layer(module), layer(target)
+        if mine is not None and theirs is not None and theirs < mine:
+            out.add((module, line, target))
+    return sorted(out)
+
+
+def package_edges() -> Iterator[tuple[str, str, int]]:
+    """``(module, imported package module, line)`` for every import between two modules."""
+    for module in module_files():
+        for target, _, line in imports_of(module):
+            if target != module:
+                yield module, target, line
+
+
+def library_imports(module: str) -> Iterator[tuple[str, int]]:
+    """``(top-level library name, line)`` for every absolute import of a module outside the package."""
+    for node in ast.walk(_tree(module)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top != PACKAGE:
+                yield top, node.lineno
+
+
+def is_command(module: str) -> bool:
+    """A ``raco <command>`` module: ``cli/<name>_cmd.py``."""
+    return module.startswith(f"{PACKAGE}.cli.") and module.endswith("_cmd")
+
+
 def describe(graph: dict[str, set[str]], tangle: list[str]) -> str:
     circle = " -> ".join(_file(m) for m in shortest_cycle(graph, tangle))
     return f"{', '.join(_file(m) for m in tangle)}\n    e.g. {circle}"
@@ -237,3 +316,49 @@ def test_tangles_finds_a_planted_circle() -> None:
     graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}, "g": {"a"}}
     assert tangles(graph) == [["a", "b", "c"], ["e", "f"]]
     assert shortest_cycle(graph, ["a", "b", "c"]) == ["a", "c", "a"]
+
+
+def test_every_module_has_a_layer() -> None:
+    unlisted = [_file(m) for m in module_files() if layer_of(m) is None]
+    assert not unlisted, "modules in no layer (add them to LAYERS here and in docs/architecture.md):\n" + "\n".join(unlisted)
+
+
+def test_layers_point_down() -> None:
+    found = upward(package_edges(), layer_of)
+    lines = []
+    for module, line, target in found:
+        mine, theirs = layer_of(module), layer_of(target)
+        assert mine is not None and theirs is not None
+        lines.append(f"{_file(module)}:{line}: imports {target} ({LAYERS[theirs][0]}), a layer above {LAYERS[mine][0]}")
+    assert not found, "imports that point up a layer (move the imported code down, or pass it in from above):\n" + "\n".join(lines)
+
+
+def test_libraries_are_imported_only_where_the_layers_allow() -> None:
+    found = []
+    for module in module_files():
+        for library, line in library_imports(module):
+            allowed = ONLY_IMPORTED_BY.get(library)
+            if allowed is not None and not any(_within(module, a) for a in allowed):
+                found.append(f"{_file(module)}:{line}: imports {library} (allowed only in {', '.join(allowed)})")
+    assert not found, "libraries imported outside their layer:\n" + "\n".join(sorted(found))
+
+
+def test_no_command_imports_another() -> None:
+    """``cli/main.py`` dispatches the commands; a command calls the layers below and the shared
+    modules of ``cli/``, never another command (what two commands share is a module of its own)."""
+    found = sorted(f"{_file(m)}:{line}: imports {t}" for m, t, line in package_edges() if is_command(m) and is_command(t))
+    assert not found, "commands that import another command's module:\n" + "\n".join(found)
+
+
+def test_unit_tests_are_arranged_like_the_code() -> None:
+    """``tests/unit/<package>/`` tests ``raco_cli/<package>/`` (top-level modules: ``tests/unit/``)."""
+    folders = sorted(p.name for p in (ROOT / "tests" / "unit").iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    assert [f for f in folders if not (ROOT / PACKAGE / f).is_dir()] == []
+
+
+def test_upward_finds_a_planted_import() -> None:
+    layers = {"top": 0, "top.a": 0, "mid": 1, "low": 2}
+    edges = [("mid", "low", 3), ("low", "mid", 7), ("low", "mid", 7), ("top.a", "top", 1), ("mid", "top.a", 9), ("low", "low", 2)]
+    assert upward(edges, layers.get) == [("low", 7, "mid"), ("mid", 9, "top.a")]
+    assert layer_of("raco_cli.run.private_search") == layer_of("raco_cli.run") == 2
+    assert layer_of(PACKAGE) == len(LAYERS) - 1 and layer_of("raco_cli.cli") == 1
