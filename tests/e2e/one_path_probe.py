@@ -25,6 +25,7 @@ from raco_cli.methods import batched
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.privacy.mechanisms import noise_source
 from raco_cli.privacy.preprocessing import apply_scaling, dp_scaling
+from tests.specs import paper_spec
 
 STEPS = 25
 CPU = torch.device("cpu")
@@ -33,7 +34,7 @@ TIMES = ("time_per_step_ms", "first_step_ms", "throughput_images_per_s", "batche
 
 def _specs(name: str, **kw) -> list[MethodSpec]:
     private = methods.get(name).PRIVATE
-    base = MethodSpec(name=name, batch_size=120, eval_every=10, lr=1.0, clip_norm=1.0 if private else None,
+    base = paper_spec(name=name, batch_size=120, eval_every=10, lr=1.0, clip_norm=1.0 if private else None,
                       noise_multiplier=1.0 if private else None, hist_noise_multiplier=2.0 if private else None,
                       selection_eps=0.5 if kw.get("scope") == "model" else 0.0)
     base = replace(base, **kw)
