@@ -15,6 +15,7 @@ import hashlib
 import math
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,7 +26,9 @@ from raco_cli.methods import batched
 from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.privacy.mechanisms import noise_source
 from raco_cli.privacy.preprocessing import apply_scaling, dp_scaling
-from tests.specs import paper_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the specs the unit tests build
+from specs import paper_spec  # noqa: E402
 
 STEPS = 25
 CPU = torch.device("cpu")
