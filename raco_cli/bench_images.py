@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             private = method.PRIVATE
             spec = MethodSpec(
                 name=name.split(":")[0], secure_rng=name.endswith(":secure"), batch_size=batch, steps=steps, eval_every=10**9, micro_batch=micro, precision=args.precision,
+                scope="paper", temperature=1.0, lr_dual=0.1, dual="soft", selection="best_feasible",  # (the bench's fixed settings)
                 lr=0.2 if private else 0.01,
                 clip_norm=1.0 if private else None,
                 noise_multiplier=1.2 if private else None,

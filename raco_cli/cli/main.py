@@ -74,9 +74,8 @@ def train_help() -> str:
     ]
     lines += [
         "",
-        "top-level keys:",
-        "  eps=1.0  delta=1e-5  seed=0  device=auto  privacy.sampling via method.sampling=independent|shared",
-        "  constraint.gamma=0.05  method.steps=null (from budget)  method.batch_size=1024  tracking.uri=sqlite:///outputs/mlflow.db",
+        "top-level keys (the defaults of raco_cli/conf):",
+        *_default_keys(),
         "",
         "examples:",
         "  raco train dataset=adult constraint=dp eps=1",
@@ -87,6 +86,19 @@ def train_help() -> str:
         "  raco train --cfg job            # print the composed config and exit",
     ]
     return "\n".join(lines)
+
+
+def _default_keys() -> list[str]:
+    """The help's lines of defaults, read from the packaged configs (:mod:`raco_cli.defaults`)."""
+    from raco_cli import defaults
+
+    root, method = defaults.root_defaults(), defaults.method_defaults("raco_dp")
+    gamma = defaults.group_defaults("constraint", "dp").get("gamma")
+    uri = defaults.group_defaults("tracking", "mlflow").get("uri")
+    steps = "null (from budget)" if method.get("steps") is None else method.get("steps")
+    return [f"  eps={root.get('eps')}  delta={root.get('delta')}  seed={root.get('seed')}  device={root.get('device')}  "
+            f"privacy.scope={(root.get('privacy') or {}).get('scope')}  method.sampling={method.get('sampling')}|shared",
+            f"  constraint.gamma={gamma}  method.steps={steps}  method.batch_size={method.get('batch_size')}  tracking.uri={uri}"]
 
 
 def _sweep_summary(name: str) -> str:

@@ -50,9 +50,35 @@ SCOPES = ("model", "paper")  # privacy.scope: what the printed eps covers (docs/
 Method = Any
 
 
+class _Unset:
+    """What a :class:`MethodSpec` field holds until ``__post_init__`` fills it from the packaged
+    configs (:mod:`raco_cli.defaults`)."""
+
+    def __repr__(self) -> str:
+        return "<from conf/method/<name>.yaml>"
+
+
+UNSET: Any = _Unset()
+
+#: a method-file key's value when the method's own file does not set it (a DRO method's file
+#: names only what it uses); the schema's one other source of defaults
+UNSET_IN_FILE: dict[str, Any] = {
+    "batch_size": 1024, "steps": None, "max_steps": 2000, "lr": 0.5, "optimizer": "sgd", "momentum": 0.9, "clip_norm": 1.0,
+    "noise_multiplier": 1.0, "hist_noise_multiplier": 2.0, "calibrate_noise": False, "lr_dual": 0.1, "lambda_max": 10.0,
+    "temperature": 1.0, "dual": "soft", "sampling": "independent", "denominator_floor": 1.0, "eval_every": 20,
+    "selection": "auto", "micro_batch": 4096, "options": {},
+}
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     """Hyperparameters of a training run (the ``method`` config group plus run-level keys).
+
+    Every setting not given is read from the packaged configs (:mod:`raco_cli.defaults`): the
+    method's ``conf/method/<name>.yaml`` (an ``auto`` held as
+    :data:`raco_cli.defaults.AUTO_PLACEHOLDERS` until ``prepare_run`` resolves it), and
+    ``privacy.scope`` / ``privacy.secure_rng`` of ``conf/config.yaml`` (``model``, with secret
+    randomness), so a spec built in Python is the one ``raco train method=<name>`` builds.
 
     Attributes:
         name: method registry key.
@@ -115,35 +141,35 @@ class MethodSpec:
     """
 
     name: str
-    batch_size: int = 1024
-    steps: int | None = None
-    max_steps: int = 2000
-    lr: float = 0.5
-    optimizer: Optimizer = "sgd"
-    momentum: float = 0.9
-    clip_norm: float | None = 1.0
-    noise_multiplier: float | None = 1.0
-    hist_noise_multiplier: float | None = 2.0
-    calibrate_noise: bool = False
-    lr_dual: float = 0.1
-    lambda_max: float = 10.0
-    temperature: float = 1.0
-    dual: Dual = "soft"
-    sampling: str = "independent"
-    denominator_floor: float = 1.0
-    eval_every: int = 20
-    selection: Selection = "best_feasible"
-    micro_batch: int = 4096
-    secure_rng: bool = False
+    batch_size: int = UNSET
+    steps: int | None = UNSET
+    max_steps: int = UNSET
+    lr: float = UNSET
+    optimizer: Optimizer = UNSET
+    momentum: float = UNSET
+    clip_norm: float | None = UNSET
+    noise_multiplier: float | None = UNSET
+    hist_noise_multiplier: float | None = UNSET
+    calibrate_noise: bool = UNSET
+    lr_dual: float = UNSET
+    lambda_max: float = UNSET
+    temperature: float = UNSET
+    dual: Dual = UNSET
+    sampling: str = UNSET
+    denominator_floor: float = UNSET
+    eval_every: int = UNSET
+    selection: Selection = UNSET
+    micro_batch: int = UNSET
+    secure_rng: bool = UNSET
     precision: str = "auto"
-    scope: str = "paper"
+    scope: str = UNSET
     selection_eps: float = 0.0
     preprocessing_noise: float = 0.0
     size_noise: float = 0.0
     train_size: float | None = None
     estimate_noise: float = 0.0
     reserved_delta: float = 0.0
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = UNSET
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
 
     def size_of(self, n_rows: int) -> float:
@@ -162,7 +188,30 @@ class MethodSpec:
             raise ConfigError(f"method.{key} must be set for the private method {self.name} (got null).")
         return float(value)
 
+    def _fill_defaults(self) -> None:
+        """Set every :data:`UNSET` field from the packaged configs (class docstring)."""
+        from raco_cli import defaults
+
+        file = defaults.method_defaults(self.name)
+        root = defaults.root_defaults()
+        privacy = root.get("privacy") or {}
+        if self.scope is UNSET:
+            object.__setattr__(self, "scope", str(privacy.get("scope", "model")))
+        if self.secure_rng is UNSET:
+            object.__setattr__(self, "secure_rng", defaults.secure_rng(privacy.get("secure_rng", "auto"), self.scope))
+        for key, fallback in UNSET_IN_FILE.items():
+            if getattr(self, key) is not UNSET:
+                continue
+            value = file.get(key, fallback)
+            if value == "auto":
+                value = defaults.selection(value, self.scope) if key == "selection" else defaults.AUTO_PLACEHOLDERS[key]
+            elif key in ("lr", "lr_dual", "lambda_max", "temperature", "denominator_floor", "momentum", "clip_norm", "noise_multiplier",
+                         "hist_noise_multiplier") and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # (a YAML 4 is the float 4.0 the CLI reads)
+            object.__setattr__(self, key, dict(value) if key == "options" else value)
+
     def __post_init__(self) -> None:
+        self._fill_defaults()
         _positive_int("method.batch_size", self.batch_size, "the expected Poisson batch size.")
         if self.steps is not None:
             _positive_int("method.steps", self.steps, "the number of training steps (or null).")

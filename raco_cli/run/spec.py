@@ -146,7 +146,10 @@ def _string(cfg: Mapping[str, Any], key: str, path: str, meaning: str, *, option
     return value
 
 
-def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
+def _method_spec(cfg: Mapping[str, Any], **run_level: Any) -> MethodSpec:
+    """The ``method`` group as a :class:`MethodSpec` with the run-level fields ``run_level``
+    (scope, secure_rng, objective); an ``auto`` value is left to the spec's own defaults
+    (:data:`raco_cli.defaults.AUTO_PLACEHOLDERS`) and resolved by ``prepare_run``."""
     from raco_cli import methods
 
     name = cfg.get("name")
@@ -186,7 +189,7 @@ def _method_spec(cfg: Mapping[str, Any]) -> MethodSpec:
         kwargs["calibrate_noise"] = _boolean(kwargs, "calibrate_noise", "method.calibrate_noise",
                                              "scale the noise to meet eps for a fixed number of steps.")
     kwargs["options"] = dict(kwargs.get("options") or {})
-    return MethodSpec(**kwargs)
+    return MethodSpec(**kwargs, **run_level)
 
 
 def _constraint_spec(con: Mapping[str, Any], *, scope: str) -> ConstraintSpec:
@@ -455,8 +458,8 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         # varied by 0.05 in test DP gap between seeds on Adult, docs/methods.md); scope=paper:
         # the paper's App. E.2 rule
         method_cfg["selection"] = "average" if scope == "model" else "best_feasible"
-    method = replace(_method_spec(method_cfg), secure_rng=secure_rng, scope=scope,
-                     objective=_objective_spec(c.get("objective"), method_name=str((c.get("method") or {}).get("name"))))
+    method = _method_spec(method_cfg, secure_rng=secure_rng, scope=scope,
+                          objective=_objective_spec(c.get("objective"), method_name=str((c.get("method") or {}).get("name"))))
     if method.selection == "random" and not method.objective.is_dro:
         raise ConfigError("method.selection=random (the random-iterate output of the DRO methods) needs objective=dro; "
                           "use method.selection=best_feasible or last.")

@@ -15,6 +15,7 @@ import hashlib
 import math
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
 from raco_cli.privacy.mechanisms import noise_source
 from raco_cli.privacy.preprocessing import apply_scaling, dp_scaling
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the specs the unit tests build
+from specs import paper_spec  # noqa: E402
+
 STEPS = 25
 CPU = torch.device("cpu")
 TIMES = ("time_per_step_ms", "first_step_ms", "throughput_images_per_s", "batched")
@@ -33,7 +37,7 @@ TIMES = ("time_per_step_ms", "first_step_ms", "throughput_images_per_s", "batche
 
 def _specs(name: str, **kw) -> list[MethodSpec]:
     private = methods.get(name).PRIVATE
-    base = MethodSpec(name=name, batch_size=120, eval_every=10, lr=1.0, clip_norm=1.0 if private else None,
+    base = paper_spec(name=name, batch_size=120, eval_every=10, lr=1.0, clip_norm=1.0 if private else None,
                       noise_multiplier=1.0 if private else None, hist_noise_multiplier=2.0 if private else None,
                       selection_eps=0.5 if kw.get("scope") == "model" else 0.0)
     base = replace(base, **kw)

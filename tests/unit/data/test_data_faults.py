@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.data import adult
 from raco_cli.data.types import TabularData
 from raco_cli.errors import DataIntegrityError
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import raco_dp
 
 
@@ -79,7 +80,7 @@ def _table(y, group, splits, n_groups=3):
 def _fit(data, steps=20):
     cons = constraints.build("dp", n_classes=2, n_groups=data.n_groups, gamma=0.05)
     model = models.build("logreg", input_shape=data.input_shape, n_classes=2)
-    spec = MethodSpec(name="raco_dp", batch_size=50, eval_every=10, selection="last")
+    spec = paper_spec(name="raco_dp", batch_size=50, eval_every=10, selection="last")
     return raco_dp.fit(data, model, cons, spec, steps=steps, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, methods, models
 from raco_cli.methods import batched
@@ -42,7 +43,7 @@ def _model(data):
 
 def _specs(name: str, **kw) -> list[MethodSpec]:
     private = methods.get(name).PRIVATE
-    base = MethodSpec(
+    base = paper_spec(
         name=name, batch_size=100, eval_every=10, lr=1.0, temperature=2.0, clip_norm=1.0 if private else None,
         noise_multiplier=1.0 if private else None, hist_noise_multiplier=2.0 if private else None,
         selection_eps=0.5 if kw.get("scope") == "model" else 0.0,

@@ -6,17 +6,17 @@ import logging
 from dataclasses import replace
 
 import pytest
+from specs import paper_spec
 
 from raco_cli.methods import dp_fermi, planning
-from raco_cli.methods.base import MethodSpec
 from raco_cli.methods.sgda import dp_sgd, raco_dp
 from raco_cli.privacy import accountant
 
 
 @pytest.mark.parametrize("module, spec", [
-    (raco_dp, MethodSpec(name="raco_dp", batch_size=100, max_steps=50, noise_multiplier=3.0, hist_noise_multiplier=12.0)),
-    (dp_sgd, MethodSpec(name="dp_sgd", batch_size=100, max_steps=50, noise_multiplier=3.0)),
-    (dp_fermi, MethodSpec(name="dp_fermi", batch_size=100, max_steps=50, noise_multiplier=3.0, options={"lam": 1.0})),
+    (raco_dp, paper_spec(name="raco_dp", batch_size=100, max_steps=50, noise_multiplier=3.0, hist_noise_multiplier=12.0)),
+    (dp_sgd, paper_spec(name="dp_sgd", batch_size=100, max_steps=50, noise_multiplier=3.0)),
+    (dp_fermi, paper_spec(name="dp_fermi", batch_size=100, max_steps=50, noise_multiplier=3.0, options={"lam": 1.0})),
 ])
 def test_a_run_capped_by_max_steps_spends_its_budget(module, spec):
     planning._CACHE.clear()
@@ -31,7 +31,7 @@ def test_a_run_capped_by_max_steps_spends_its_budget(module, spec):
 
 def test_the_noise_floor_stops_calibration_with_one_line(caplog):
     planning._CACHE.clear()
-    spec = MethodSpec(name="dp_sgd", batch_size=10, max_steps=3, noise_multiplier=3.0)
+    spec = paper_spec(name="dp_sgd", batch_size=10, max_steps=3, noise_multiplier=3.0)
     with caplog.at_level(logging.INFO, logger="raco_cli.methods.planning"):
         p = planning.plan(dp_sgd, spec, n_train=5000, eps=1000.0, delta=1e-5, constrained=False, discretization=1e-2)
     assert p.spec.noise_multiplier == pytest.approx(0.1, rel=1e-6)  # limits.MIN_NOISE_MULTIPLIER
@@ -41,7 +41,7 @@ def test_the_noise_floor_stops_calibration_with_one_line(caplog):
 
 def test_a_run_within_max_steps_is_unchanged():
     planning._CACHE.clear()
-    spec = MethodSpec(name="dp_sgd", batch_size=100, max_steps=3000, noise_multiplier=1.0)
+    spec = paper_spec(name="dp_sgd", batch_size=100, max_steps=3000, noise_multiplier=1.0)
     p = planning.plan(dp_sgd, spec, n_train=5000, eps=1.0, delta=1e-5, constrained=False, discretization=1e-3)
     assert p.spec == spec and p.steps < 3000
 
@@ -51,7 +51,7 @@ def test_plans_are_cached_by_their_inputs(monkeypatch):
     calls = []
     original = planning.plan_uncached
     monkeypatch.setattr(planning, "plan_uncached", lambda *a, **k: calls.append(1) or original(*a, **k))
-    spec = MethodSpec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
+    spec = paper_spec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
     first = planning.plan(dp_sgd, spec, n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
     assert planning.plan(dp_sgd, spec, n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3) is first
     planning.plan(dp_sgd, replace(spec, lr=0.1), n_train=5000, eps=2.0, delta=1e-5, constrained=False, discretization=1e-3)
@@ -73,7 +73,7 @@ def test_a_seed_sweeps_plans_from_their_neighbours_equal_plans_from_scratch(monk
         return search(lambda T: (evaluations.append(T), eps_at(T))[1], *args, **kwargs)
 
     monkeypatch.setattr(accountant, "largest_within", counted)
-    spec = MethodSpec(name=module.NAME, batch_size=200, max_steps=3000, noise_multiplier=3.0, hist_noise_multiplier=12.0,
+    spec = paper_spec(name=module.NAME, batch_size=200, max_steps=3000, noise_multiplier=3.0, hist_noise_multiplier=12.0,
                       size_noise=50.0, preprocessing_noise=20.0, options=options)
     planning._STEPS_HINTS.clear()
     hinted, counts = [], []
@@ -102,7 +102,7 @@ def test_plans_computed_ahead_in_parallel_are_the_plans_computed_here(monkeypatc
     which raises."""
     from raco_cli import cores
 
-    spec = MethodSpec(name="raco_dp", batch_size=200, max_steps=60, noise_multiplier=3.0, hist_noise_multiplier=12.0, size_noise=50.0)
+    spec = paper_spec(name="raco_dp", batch_size=200, max_steps=60, noise_multiplier=3.0, hist_noise_multiplier=12.0, size_noise=50.0)
     sizes = (5012, 4987, 5040, 4950, 5003, 4999, 5020, 4975)
     requests = [planning.PlanRequest("raco_dp", replace(spec, train_size=n), n, 1.0, 1e-5, True, 1e-3) for n in sizes]
     impossible = planning.PlanRequest("raco_dp", replace(spec, train_size=10.0), 10.0, 1e-3, 1e-5, True, 1e-3)
@@ -155,7 +155,7 @@ def test_plans_ahead_that_fail_cost_only_time(monkeypatch, caplog):
 
     monkeypatch.setattr(cores, "cpu_count", lambda: 2)
     monkeypatch.setattr(planning, "_plan_slice", broken)
-    spec = MethodSpec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
+    spec = paper_spec(name="dp_sgd", batch_size=100, steps=20, noise_multiplier=1.0)
     requests = [planning.PlanRequest("dp_sgd", spec, n, 2.0, 1e-5, False, 1e-3) for n in range(5000, 5008)]
     planning._CACHE.clear()
     with caplog.at_level(logging.WARNING, logger="raco_cli.methods.planning"):

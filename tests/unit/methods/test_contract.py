@@ -12,9 +12,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, methods, models
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.planning import plan, run_event
 from raco_cli.objectives import ObjectiveSpec
 from raco_cli.privacy import accountant
@@ -41,7 +42,7 @@ def spec_for(name, **kw):
         if m.PRIVATE and getattr(m, "DEFAULTS", {}).get("noise_allocation") in ("equal", "theorem"):  # z calibrated, fixed T
             base.update(steps=30, calibrate_noise=True)
     base.update(kw)
-    return MethodSpec(**base)
+    return paper_spec(**base)
 
 
 def constraint_for(name):

@@ -9,11 +9,12 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.data.types import SPLITS
 from raco_cli.methods import training
-from raco_cli.methods.base import EvalRecord, MethodSpec, NullReporter, Seeds, select_checkpoint
+from raco_cli.methods.base import EvalRecord, NullReporter, Seeds, select_checkpoint
 from raco_cli.methods.sgda import core, dp_sgd, raco_dp, sgda
 
 
@@ -27,7 +28,7 @@ def _fit(module, data, spec, steps, seed=0):
 def test_gaussian_noise_of_the_update(engine, zero_gradient_sums, synthetic):
     """With zero per-sample gradients the update is pure noise: std sigma*C*lr/(q n) per coordinate."""
     sigma, C, lr, T, B = 2.0, 0.5, 1.0, 100, 100
-    spec = MethodSpec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=C, lr=lr, eval_every=10**6, selection="last")
+    spec = paper_spec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=C, lr=lr, eval_every=10**6, selection="last")
     drift = []
     for seed in range(30):  # 30 runs x 14 parameters: enough draws for a 15 % tolerance
         model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
@@ -53,7 +54,7 @@ def test_laplace_noise_on_every_histogram_cell(monkeypatch, engine, dual_inputs,
     monkeypatch.setattr(core, "_histogram", lambda logits, cells, Q, K, spec, device, soft=None: torch.zeros(Q, K, dtype=torch.float64))
     monkeypatch.setattr(batched_scan.Scan, "histograms", zero_histograms)
     b = 3.0
-    spec = MethodSpec(name="raco_dp", batch_size=100, noise_multiplier=1.0, hist_noise_multiplier=b, clip_norm=1.0, eval_every=10**6)
+    spec = paper_spec(name="raco_dp", batch_size=100, noise_multiplier=1.0, hist_noise_multiplier=b, clip_norm=1.0, eval_every=10**6)
     _fit(raco_dp, synthetic, spec, 3000)
     draws = torch.stack(dual_inputs).reshape(len(dual_inputs), -1).numpy()
     assert draws.shape == (3000, 4)  # Q x K = 2 x 2: every cell released, every step
@@ -69,7 +70,7 @@ def test_histogram_counts_rows_with_nonfinite_rates_as_zero(given_soft):
     nan, inf = float("nan"), float("inf")
     logits = torch.tensor([[0.0, 1.0], [nan, 0.0], [2.0, -1.0], [inf, 0.0], [0.5, 0.5]])
     cells = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])  # the last row has no cell
-    spec = MethodSpec(name="raco_dp", temperature=2.0)
+    spec = paper_spec(name="raco_dp", temperature=2.0)
     soft = torch.softmax(2.0 * logits, dim=1)
     H = core._histogram(logits, cells, 2, 2, spec, torch.device("cpu"), soft=soft if given_soft else None)
     expected = cells.double().t() @ torch.nan_to_num(soft.double(), nan=0.0)
@@ -101,7 +102,7 @@ def test_dual_projection_is_idempotent_and_lands_in_the_box(values, lam_max):
 @pytest.mark.slow
 def test_sgda_converges_to_the_constraint_without_noise(synthetic):
     """No noise, no clipping: the final hard train gap is within gamma + tol (convergence)."""
-    spec = MethodSpec(name="sgda", batch_size=len(synthetic.splits["train"]), clip_norm=None, noise_multiplier=None,
+    spec = paper_spec(name="sgda", batch_size=len(synthetic.splits["train"]), clip_norm=None, noise_multiplier=None,
                       hist_noise_multiplier=None, lr=1.0, lr_dual=2.0, lambda_max=50.0, eval_every=50, selection="last",
                       temperature=4.0, dual="hard")
     res, _ = _fit(sgda, synthetic, spec, 1500)
@@ -119,7 +120,7 @@ def test_scope_model_evaluates_only_what_its_records_read(monkeypatch, engine, s
     split in full."""
     from raco_cli.methods import batched
 
-    spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=2.0, eval_every=10,
+    spec = paper_spec(name="raco_dp", batch_size=50, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=2.0, eval_every=10,
                       scope="model", selection=selection, selection_eps=0.5 if selection == "best_feasible" else 0.0,
                       train_size=float(len(synthetic.splits["train"])))
     evaluated: list[int] = []

@@ -6,13 +6,14 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 from torch import nn
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintSet, RateConstraint, RateTerm
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import dp_fermi
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.gradients import LinearEngine
 from raco_cli.privacy import accountant
 
@@ -113,7 +114,7 @@ def test_max_over_w_is_the_ermi_of_the_soft_predictions():
 
 
 def _spec(**opts):
-    return MethodSpec(name="dp_fermi", batch_size=100, noise_multiplier=3.0, clip_norm=1.0, options=opts)
+    return paper_spec(name="dp_fermi", batch_size=100, noise_multiplier=3.0, clip_norm=1.0, options=opts)
 
 
 def test_events_two_gaussians_on_one_sample_plus_private_counts():
@@ -142,7 +143,7 @@ def test_lambda_zero_is_dp_sgd(synthetic):
 
     cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
     out = []
-    for mod, spec in ((dp_fermi, _spec(lam=0.0)), (dp_sgd, MethodSpec(name="dp_sgd", batch_size=100, noise_multiplier=3.0, clip_norm=1.0))):
+    for mod, spec in ((dp_fermi, _spec(lam=0.0)), (dp_sgd, paper_spec(name="dp_sgd", batch_size=100, noise_multiplier=3.0, clip_norm=1.0))):
         model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
         res = mod.fit(synthetic, model, cons, spec, steps=30, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
         out.append(res)

@@ -8,11 +8,12 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.errors import ConfigError, UnsupportedError
 from raco_cli.methods import dpse
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.planning import plan
 from raco_cli.privacy import accountant
 
@@ -33,7 +34,7 @@ def _analytic_gaussian_eps(sigma: float, delta: float) -> float:
 def _spec(**kw):
     base = dict(name="dpse", steps=50, noise_multiplier=4.0, clip_norm=1.0, lr=1.0, eval_every=10)
     opts = kw.pop("options", {})
-    return MethodSpec(**{**base, **kw}, options=opts)
+    return paper_spec(**{**base, **kw}, options=opts)
 
 
 def test_the_run_is_one_gaussian_of_the_run_noise_multiplier():
@@ -135,7 +136,7 @@ def _mixture(**kw):
 def _reg_spec(**kw):
     opts = {"bgl_penalty": 0.0, "allocation": "sum", "target_bound": 20.0, **kw.pop("options", {})}
     base = dict(name="dpse", steps=20, noise_multiplier=2.0, clip_norm=2.0, lr=0.5, eval_every=20, selection="last")
-    return MethodSpec(**{**base, **kw}, options=opts)
+    return paper_spec(**{**base, **kw}, options=opts)
 
 
 def _fit(data, spec, seed=0):

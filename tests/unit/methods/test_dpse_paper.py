@@ -16,11 +16,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.errors import ConfigError
 from raco_cli.methods import dpse
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.privacy import releases
 
 
@@ -32,7 +33,7 @@ def _mixture(seed=0, **kw):
 
 def _spec(**options):
     opts = {"bgl_penalty": 0.0, "allocation": "sum", "target_bound": 20.0, "count_noise_multiplier": 5.0, **options}
-    return MethodSpec(name="dpse", steps=40, noise_multiplier=1.0, clip_norm=2.0, lr=0.5, eval_every=40, selection="last",
+    return paper_spec(name="dpse", steps=40, noise_multiplier=1.0, clip_norm=2.0, lr=0.5, eval_every=40, selection="last",
                       options=opts)
 
 
@@ -120,7 +121,7 @@ def test_init_precursor_starts_from_the_released_precursor_and_replays():
     the same model."""
     data = _mixture(1)
     spec = _spec(init="precursor")
-    spec = MethodSpec(**{**spec.__dict__, "lr": 1e-12})
+    spec = paper_spec(**{**spec.__dict__, "lr": 1e-12})
     with releases.recording() as tape:
         res = _fit(data, spec)
     rec = dict(tape.entries)

@@ -15,11 +15,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, methods, models
 from raco_cli.data.types import TabularData
 from raco_cli.errors import UnsupportedError
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.dro import common as dro_common
 from raco_cli.methods.planning import plan
 from raco_cli.objectives import ObjectiveSpec
@@ -46,7 +47,7 @@ def _fit(name, data, *, steps, objective=KL, seed=0, **kw):
     else:
         base.update(clip_norm=1.0, noise_multiplier=1.0, hist_noise_multiplier=None)
     base.update(kw)
-    spec = MethodSpec(**base)
+    spec = paper_spec(**base)
     cons = constraints.build("none", n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.05)
     model = models.build("logreg", input_shape=data.input_shape, n_classes=data.n_classes)
     return m.fit(data, model, cons, spec, steps=steps, seeds=Seeds.from_seed(seed), device=torch.device("cpu"), reporter=NullReporter())
@@ -213,7 +214,7 @@ def test_every_release_moves_by_at_most_its_clip_norm(small, monkeypatch, name, 
 @pytest.mark.parametrize("name", ["dp_double_spider", "dp_recursive_spider", "dp_sgda", "dp_private_diff"])
 def test_calibrated_noise_meets_the_budget_for_fixed_steps(small, name):
     m = methods.get(name)
-    spec = MethodSpec(name=name, batch_size=64, steps=50, calibrate_noise=True, clip_norm=1.0, noise_multiplier=1.0,
+    spec = paper_spec(name=name, batch_size=64, steps=50, calibrate_noise=True, clip_norm=1.0, noise_multiplier=1.0,
                       hist_noise_multiplier=None, objective=KL, options={"phase": 10} if "spider" in name else {})
     n = len(small.splits["train"])
     p = plan(m, spec, n_train=n, eps=1.0, delta=n ** -1.1, constrained=False)
@@ -251,6 +252,6 @@ def test_tail_average_reports_its_own_robust_objective(small, name):
 
 def test_objective_requirements_are_one_line_errors(small):
     with pytest.raises(UnsupportedError, match=r"^method=dp_sgda optimises the DRO objective; add objective=dro"):
-        methods.get("dp_sgda").validate(MethodSpec(name="dp_sgda"), None)
+        methods.get("dp_sgda").validate(paper_spec(name="dp_sgda"), None)
     with pytest.raises(UnsupportedError, match=r"solves the KL-constrained compositional form \(eq. 5\), not divergence 'chi2'"):
-        methods.get("dp_recursive_spider").validate(MethodSpec(name="dp_recursive_spider", objective=CHI2), None)
+        methods.get("dp_recursive_spider").validate(paper_spec(name="dp_recursive_spider", objective=CHI2), None)

@@ -17,10 +17,11 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, methods, models
 from raco_cli.errors import ConfigError
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.dro import common as dro_common
 from raco_cli.methods.planning import plan, run_event
 from raco_cli.objectives import ObjectiveSpec
@@ -45,7 +46,7 @@ def _spec(name, data, **kw):
     base.update(kw)
     if not methods.get(name).PRIVATE:
         base.update(noise_multiplier=None)
-    return MethodSpec(**base)
+    return paper_spec(**base)
 
 
 def _fit(name, data, spec, seed=0):
@@ -240,16 +241,16 @@ def test_phase_auto_is_theorem_7_and_the_run_resolves_it():
     delta = n**-1.1
     for eps, q in ((0.5, 45), (1.0, 71), (5.0, 207)):
         assert round((n * eps / math.sqrt(d * math.log(1 / delta))) ** (2 / 3)) == q
-        spec = MethodSpec(name="dp_double_spider", objective=KL, steps=1000)
+        spec = paper_spec(name="dp_double_spider", objective=KL, steps=1000)
         resolved = methods.get("dp_double_spider").resolve(spec, n_train=n, eps=eps, delta=delta, dim=d)
         assert resolved.options["phase"] == q
-    ref = methods.get("spider").resolve(MethodSpec(name="spider", objective=KL, clip_norm=None, noise_multiplier=None),
+    ref = methods.get("spider").resolve(paper_spec(name="spider", objective=KL, clip_norm=None, noise_multiplier=None),
                                         n_train=10000, eps=1.0, delta=1e-5, dim=d)
     assert ref.options["phase"] == 100
-    fixed = MethodSpec(name="dp_recursive_spider", objective=KL, options={"phase": 9})
+    fixed = paper_spec(name="dp_recursive_spider", objective=KL, options={"phase": 9})
     assert methods.get("dp_recursive_spider").resolve(fixed, n_train=n, eps=1.0, delta=delta, dim=d) is fixed
     with pytest.raises(ConfigError, match=r"^method.options.phase=auto is resolved by `raco train`"):
-        run_event(methods.get("dp_double_spider"), MethodSpec(name="dp_double_spider", objective=KL, steps=10), 0.01, 10,
+        run_event(methods.get("dp_double_spider"), paper_spec(name="dp_double_spider", objective=KL, steps=10), 0.01, 10,
                   constrained=False)
 
 
@@ -262,7 +263,7 @@ def test_phase_auto_is_theorem_7_and_the_run_resolves_it():
 ])
 def test_bad_options_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError, match="^" + message):
-        methods.get("dp_double_spider").validate(MethodSpec(name="dp_double_spider", objective=KL, options={key: value}), None)
+        methods.get("dp_double_spider").validate(paper_spec(name="dp_double_spider", objective=KL, options={key: value}), None)
 
 
 def test_clip_fraction_is_recorded_per_release(small):

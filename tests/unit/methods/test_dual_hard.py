@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import raco_dp, sgda
 
 FOUR_FIFTHS = [{"gamma": -0.3, "terms": [{"alpha": 0.8, "predicted": 1, "group": 0}, {"alpha": -1.0, "predicted": 1, "group": 1}]}]  # gamma < 0: violated from the start
@@ -33,7 +34,7 @@ def _run(module, data, cons, spec, steps, seen):
 @pytest.mark.parametrize("parts", FAMILIES, ids=lambda p: "+".join(f + ("1" if o.get("positive_class") else "") for f, o in p))
 def test_sgda_hard_dual_with_every_family(engine, dual_inputs, synthetic, parts):
     cons = _cons(parts, synthetic)
-    spec = MethodSpec(name="sgda", batch_size=300, clip_norm=None, noise_multiplier=None, hist_noise_multiplier=None,
+    spec = paper_spec(name="sgda", batch_size=300, clip_norm=None, noise_multiplier=None, hist_noise_multiplier=None,
                       lr=1.0, lr_dual=1.0, dual="hard", eval_every=10, selection="last")  # fmt: skip
     res, H = _run(sgda, synthetic, cons, spec, 10, dual_inputs)
     assert H.shape[1:] == (cons.Q, cons.K)
@@ -48,7 +49,7 @@ def test_sgda_hard_dual_with_every_family(engine, dual_inputs, synthetic, parts)
 @pytest.mark.parametrize("parts", [[("eo", {})], [("dp", {}), ("fnr", {})]], ids=["eo", "dp+fnr"])
 def test_raco_dp_hard_dual_noises_the_arg_max_histogram(engine, dual_inputs, synthetic, parts):
     cons = _cons(parts, synthetic, gamma=0.05)
-    spec = MethodSpec(name="raco_dp", batch_size=300, noise_multiplier=1.0, hist_noise_multiplier=2.0, clip_norm=1.0,
+    spec = paper_spec(name="raco_dp", batch_size=300, noise_multiplier=1.0, hist_noise_multiplier=2.0, clip_norm=1.0,
                       dual="hard", eval_every=10, selection="last")  # fmt: skip
     res, H = _run(raco_dp, synthetic, cons, spec, 10, dual_inputs)
     assert not np.allclose(H, np.round(H))  # Laplace noise on the one-hot counts
@@ -64,7 +65,7 @@ def test_sgda_converges_to_each_family_without_noise(dual_inputs, synthetic, fam
     """No noise, no clipping: the selected checkpoint meets the hard train constraint, and the
     family's standard metric is within gamma on train."""
     cons = _cons([(family, options)], synthetic, gamma=gamma)
-    spec = MethodSpec(name="sgda", batch_size=512, clip_norm=None, noise_multiplier=None, hist_noise_multiplier=None,
+    spec = paper_spec(name="sgda", batch_size=512, clip_norm=None, noise_multiplier=None, hist_noise_multiplier=None,
                       lr=1.0, lr_dual=0.5, eval_every=50)  # fmt: skip
     res, _ = _run(sgda, synthetic, cons, spec, 400, dual_inputs)
     first, chosen = res.history[0].metrics["train"], res.selected_record.metrics["train"]

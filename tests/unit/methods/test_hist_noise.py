@@ -14,9 +14,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import raco_dp
 
 SCALE = 1e4  # Laplace scale >> any exact count of a ~50-row batch: the released H is ~pure noise
@@ -28,7 +29,7 @@ def released_histograms(seen: list, data, family: str, options: dict | None = No
     the ``dual_inputs`` fixture)."""
     cons = constraints.build(family, n_classes=data.n_classes, n_groups=data.n_groups, gamma=0.05, options=options)
     model = models.build("logreg", input_shape=data.input_shape, n_classes=data.n_classes)
-    spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, hist_noise_multiplier=SCALE, clip_norm=1.0,
+    spec = paper_spec(name="raco_dp", batch_size=50, noise_multiplier=1.0, hist_noise_multiplier=SCALE, clip_norm=1.0,
                       lr_dual=0.0, eval_every=10**6, selection="last")  # fmt: skip
     raco_dp.fit(data, model, cons, spec, steps=steps, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
     return torch.stack(seen).reshape(len(seen), -1).numpy()
@@ -89,7 +90,7 @@ def test_combination_noise_is_independent_per_cell(engine, dual_inputs, syntheti
     parts = [constraints.part_spec("dp", {"gamma": 0.05}, key="c"), constraints.part_spec("fnr", {"gamma": 0.2}, key="c")]
     cons = constraints.build_parts(parts, n_classes=2, n_groups=synthetic.n_groups)
     model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
-    spec = MethodSpec(name="raco_dp", batch_size=50, noise_multiplier=1.0, hist_noise_multiplier=SCALE, clip_norm=1.0,
+    spec = paper_spec(name="raco_dp", batch_size=50, noise_multiplier=1.0, hist_noise_multiplier=SCALE, clip_norm=1.0,
                       lr_dual=0.0, eval_every=10**6, selection="last")  # fmt: skip
     raco_dp.fit(synthetic, model, cons, spec, steps=STEPS, seeds=Seeds.from_seed(1), device=torch.device("cpu"), reporter=NullReporter())
     draws = torch.stack(seen).reshape(len(seen), -1).numpy()

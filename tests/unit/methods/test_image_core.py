@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, data, models
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import raco_dp
 
 
 def _fit(ds, steps=2):
     cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
     model = models.build("resnet16", input_shape=ds.input_shape, n_classes=2, options={"width": 0.125, "groups": 4, "blocks": [1, 1, 1, 1]})
-    spec = MethodSpec(name="raco_dp", batch_size=12, steps=steps, eval_every=steps, micro_batch=5, lr=0.2,
+    spec = paper_spec(name="raco_dp", batch_size=12, steps=steps, eval_every=steps, micro_batch=5, lr=0.2,
                       clip_norm=1.0, noise_multiplier=1.0, hist_noise_multiplier=2.0, selection="last")
     return raco_dp.fit(ds, model, cons, spec, steps=steps, seeds=Seeds.from_seed(3), device=torch.device("cpu"), reporter=NullReporter())
 

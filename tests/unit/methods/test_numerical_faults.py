@@ -7,17 +7,18 @@ import logging
 
 import numpy as np
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.constraints.rate import ConstraintTensors
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import core, raco_dp
 
 
 def _fit(data, steps=30, **kw):
     cons = constraints.build("dp", n_classes=2, n_groups=data.n_groups, gamma=0.05)
     model = models.build("logreg", input_shape=data.input_shape, n_classes=2)
-    spec = MethodSpec(**{"name": "raco_dp", "batch_size": 200, "eval_every": 10, "selection": "last", **kw})
+    spec = paper_spec(**{"name": "raco_dp", "batch_size": 200, "eval_every": 10, "selection": "last", **kw})
     return raco_dp.fit(data, model, cons, spec, steps=steps, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
 
 

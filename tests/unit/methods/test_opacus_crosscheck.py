@@ -14,11 +14,12 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 from torch import nn
 
 from raco_cli import models
 from raco_cli.methods import training
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.gradients import engine_for
 from raco_cli.privacy import accountant
 
@@ -77,7 +78,7 @@ def test_noise_scale_equals_opacus(synthetic, request, engine):
     assert theirs.std().item() == pytest.approx(expected, rel=0.05)
 
     request.getfixturevalue("zero_gradient_sums")  # our step with zero data gradients: pure noise (after Opacus' step above)
-    spec = MethodSpec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=clip, lr=1.0, eval_every=10**6, selection="last")
+    spec = paper_spec(name="dp_sgd", batch_size=B, noise_multiplier=sigma, clip_norm=clip, lr=1.0, eval_every=10**6, selection="last")
     cons = constraints.build("none", n_classes=2, n_groups=synthetic.n_groups, gamma=0.0)
     drift = []
     for seed in range(40):

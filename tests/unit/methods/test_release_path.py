@@ -22,10 +22,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.data.types import TabularData
-from raco_cli.methods.base import MethodSpec, Seeds
+from raco_cli.methods.base import Seeds
 from raco_cli.methods.sgda import core, raco_dp
 
 N_TRAIN, DIRAC = 40, 10.0
@@ -73,7 +74,7 @@ def observed_run(sampling: str, steps: int = 30, **kw) -> tuple[Observer, object
     data = dirac_data()
     cons = constraints.build("dp", n_classes=2, n_groups=data.n_groups, gamma=0.05)
     assert cons.Q == N_TRAIN  # one histogram cell per training row
-    spec = MethodSpec(**{"name": "raco_dp", "batch_size": N_TRAIN // 2, "clip_norm": 1.0, "noise_multiplier": 0.1,
+    spec = paper_spec(**{"name": "raco_dp", "batch_size": N_TRAIN // 2, "clip_norm": 1.0, "noise_multiplier": 0.1,
                          "hist_noise_multiplier": 0.01, "sampling": sampling, "lr": 1e-3, "lr_dual": 0.0,
                          "eval_every": 10**6, "selection": "last", **kw})  # fmt: skip
     model = models.build("logreg", input_shape=data.input_shape, n_classes=2)
@@ -160,7 +161,7 @@ def test_training_histogram_moves_by_at_most_one_in_l1(n, Q, K, drop, bad, hard,
     if bad is not None:
         logits[drop % n, int(seed) % K] = bad
     cells = torch.randint(0, Q, (n,), generator=gen)
-    spec = MethodSpec(name="raco_dp", dual="hard" if hard else "soft", temperature=3.0)
+    spec = paper_spec(name="raco_dp", dual="hard" if hard else "soft", temperature=3.0)
     encode = (lambda c: torch.nn.functional.one_hot(c, Q).float()) if onehot else (lambda c: c)  # noqa: E731
 
     def hist(rows: torch.Tensor) -> torch.Tensor:

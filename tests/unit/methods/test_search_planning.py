@@ -7,12 +7,12 @@ from collections import OrderedDict
 from dataclasses import replace
 
 import pytest
+from specs import paper_spec
 
 from raco_cli import methods
 from raco_cli.methods import planning
-from raco_cli.methods.base import MethodSpec
 
-SPEC = MethodSpec(name="raco_dp", batch_size=256, noise_multiplier=3.0, hist_noise_multiplier=12.0, clip_norm=1.0, lr=1.0,
+SPEC = paper_spec(name="raco_dp", batch_size=256, noise_multiplier=3.0, hist_noise_multiplier=12.0, clip_norm=1.0, lr=1.0,
                   max_steps=5000, selection="last")
 
 

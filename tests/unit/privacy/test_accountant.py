@@ -10,6 +10,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specs import paper_spec
 
 from raco_cli.errors import PrivacyBudgetError
 from raco_cli.privacy import accountant, events
@@ -332,11 +333,10 @@ def test_calibrated_plan_at_a_huge_budget_stops_at_the_noise_floor(sigma):
     """eps = 1e4 needs almost no noise: the plan lands on the floor (sigma 0.1 and Laplace
     scale 0.01 limit it), without tripping the floor check on rounding (0.1 / 0.19 * 0.19 < 0.1)."""
     from raco_cli import methods
-    from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
     from raco_cli.privacy import limits
 
-    spec = MethodSpec(name="raco_dp", batch_size=100, steps=5, calibrate_noise=True, clip_norm=1.0,
+    spec = paper_spec(name="raco_dp", batch_size=100, steps=5, calibrate_noise=True, clip_norm=1.0,
                       noise_multiplier=sigma, hist_noise_multiplier=2.0 * sigma)
     p = plan(methods.get("raco_dp"), spec, n_train=1000, eps=1e4, delta=1e-5, constrained=True)
     assert p.eps_planned <= 1e4
@@ -353,12 +353,11 @@ def test_planned_eps_matches_an_independent_composition(sampling):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from oracles import shared_step_pld
 
-    from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
     from raco_cli.methods.sgda import raco_dp
 
     n, B, T, sigma, b = 5000, 100, 400, 1.5, 3.0
-    spec = MethodSpec(name="raco_dp", batch_size=B, steps=T, noise_multiplier=sigma, hist_noise_multiplier=b, sampling=sampling)
+    spec = paper_spec(name="raco_dp", batch_size=B, steps=T, noise_multiplier=sigma, hist_noise_multiplier=b, sampling=sampling)
     p = plan(raco_dp, spec, n_train=n, eps=100.0, delta=1e-5, constrained=True)
     q = B / n
     if sampling == "shared":
@@ -376,12 +375,11 @@ def test_dp_sgd_plan_agrees_with_opacus_prv_accountant():
 
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
     from raco_cli.methods.sgda import dp_sgd
 
     n, B, T, sigma = 4000, 80, 500, 1.2
-    p = plan(dp_sgd, MethodSpec(name="dp_sgd", batch_size=B, steps=T, noise_multiplier=sigma), n_train=n, eps=100.0,
+    p = plan(dp_sgd, paper_spec(name="dp_sgd", batch_size=B, steps=T, noise_multiplier=sigma), n_train=n, eps=100.0,
              delta=1e-5, constrained=False)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -19,11 +19,12 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli import constraints, models
 from raco_cli.data import synthetic
 from raco_cli.methods import dp_fermi, dpse
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import dp_sgd, raco_dp
 from raco_cli.privacy import events, releases
 
@@ -88,7 +89,7 @@ def _fit(module, data, spec, cons, steps):
 
 def test_raco_dp_histogram_and_gradient_noise(small):
     C, sigma, b = 0.25, 1.5, 3.0
-    spec = MethodSpec(name="raco_dp", batch_size=60, clip_norm=C, noise_multiplier=sigma, hist_noise_multiplier=b,
+    spec = paper_spec(name="raco_dp", batch_size=60, clip_norm=C, noise_multiplier=sigma, hist_noise_multiplier=b,
                       eval_every=10**6, selection="last")  # fmt: skip
     cons = constraints.build("eo", n_classes=2, n_groups=small.n_groups, gamma=0.05)
     laplace, gaussian = _leaves(raco_dp.step_event(spec, 0.1, constrained=True))
@@ -101,7 +102,7 @@ def test_raco_dp_histogram_and_gradient_noise(small):
 
 def test_dp_sgd_gradient_noise(small):
     C, sigma = 4.0, 0.7
-    spec = MethodSpec(name="dp_sgd", batch_size=60, clip_norm=C, noise_multiplier=sigma, eval_every=10**6, selection="last")
+    spec = paper_spec(name="dp_sgd", batch_size=60, clip_norm=C, noise_multiplier=sigma, eval_every=10**6, selection="last")
     cons = constraints.build("none", n_classes=2, n_groups=small.n_groups, gamma=0.0)
     (gaussian,) = _leaves(dp_sgd.step_event(spec, 0.1))
     draws = first_releases(_fit(dp_sgd, small, spec, cons, 1), {"gradient": 1})
@@ -116,7 +117,7 @@ def test_dp_fermi_count_theta_and_w_noise(small):
     is below 1 % of the W noise."""
     C, C_w = 0.5, 4.0
     opts = {"lam": 2.0, "clip_norm_w": C_w, "noise_multiplier_w": 3.0, "count_noise_multiplier": 3.0}
-    spec = MethodSpec(name="dp_fermi", batch_size=60, clip_norm=C, noise_multiplier=2.0, eval_every=10**6,
+    spec = paper_spec(name="dp_fermi", batch_size=60, clip_norm=C, noise_multiplier=2.0, eval_every=10**6,
                       selection="last", options=opts)  # fmt: skip
     cons = constraints.build("dp", n_classes=2, n_groups=small.n_groups, gamma=0.05)
     count, theta, w = _leaves(dp_fermi.run_event(spec, 0.1, 1))
@@ -130,7 +131,7 @@ def test_dpse_stage_two_noise(small):
     """allocation=uniform: every group's budget weight is 1, so each group's gradient sum (C)
     and loss sum (loss bound B) carry the stage-2 noise multiplier of the event tree."""
     C, B, T = 0.5, 2.0, 3
-    spec = MethodSpec(name="dpse", steps=T, clip_norm=C, noise_multiplier=1.0, eval_every=10**6, selection="last",
+    spec = paper_spec(name="dpse", steps=T, clip_norm=C, noise_multiplier=1.0, eval_every=10**6, selection="last",
                       options={"allocation": "uniform", "loss_bound": B, "count_noise_multiplier": 7.0})  # fmt: skip
     cons = constraints.build("none", n_classes=2, n_groups=small.n_groups, gamma=0.0)
     event = dpse.run_event(spec, 1.0, T)
@@ -149,7 +150,7 @@ def test_dpse_stage_one_noise(small):
     the precursor ~0, so every residual is 1/2 and the exact residual sums do not vary with
     the precursor's noise."""
     U = 2.0
-    spec = MethodSpec(name="dpse", steps=1, clip_norm=1.0, noise_multiplier=2.0, eval_every=10**6, selection="last",
+    spec = paper_spec(name="dpse", steps=1, clip_norm=1.0, noise_multiplier=2.0, eval_every=10**6, selection="last",
                       options={"row_bound": U, "precursor_ridge": 1e12, "count_noise_multiplier": 7.0})  # fmt: skip
     cons = constraints.build("none", n_classes=2, n_groups=small.n_groups, gamma=0.0)
     count, pre_xx, pre_xy, se, *_ = _leaves(dpse.run_event(spec, 1.0, 1))
@@ -177,7 +178,7 @@ def test_the_check_fails_without_noise():
 
 def test_events_used_above_are_the_ones_planned(small):
     """The leaves read above are those the planner composes (no separate tree for the test)."""
-    spec = MethodSpec(name="raco_dp", batch_size=60, clip_norm=0.25, noise_multiplier=1.5, hist_noise_multiplier=3.0)
+    spec = paper_spec(name="raco_dp", batch_size=60, clip_norm=0.25, noise_multiplier=1.5, hist_noise_multiplier=3.0)
     assert raco_dp.step_event(spec, 0.1, constrained=True) == events.raco_step(
         sample_rate=0.1, noise_multiplier=1.5, hist_noise_multiplier=3.0, sampling="independent"
     )

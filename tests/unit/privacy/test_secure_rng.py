@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from specs import paper_spec
 
 from raco_cli import constraints, models
-from raco_cli.methods.base import MethodSpec, NullReporter, Seeds
+from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import raco_dp
 from raco_cli.privacy.mechanisms import SecureNoise, gaussian_noise, laplace_noise, noise_source
 
@@ -42,7 +43,7 @@ def test_noise_source_choice():
 def _fit(synthetic, secure):
     cons = constraints.build("dp", n_classes=2, n_groups=2, gamma=0.05)
     model = models.build("logreg", input_shape=synthetic.input_shape, n_classes=2)
-    spec = MethodSpec(name="raco_dp", batch_size=200, eval_every=10, secure_rng=secure, selection="last")
+    spec = paper_spec(name="raco_dp", batch_size=200, eval_every=10, secure_rng=secure, selection="last")
     res = raco_dp.fit(synthetic, model, cons, spec, steps=10, seeds=Seeds.from_seed(0), device=torch.device("cpu"), reporter=NullReporter())
     return torch.cat([v.flatten() for v in res.state_dict.values()])
 

@@ -8,9 +8,9 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
 from raco_cli.methods import planning
-from raco_cli.methods.base import MethodSpec
 from raco_cli.methods.sgda import raco_dp
 from raco_cli.privacy import accountant
 from raco_cli.privacy.selection import (
@@ -47,8 +47,8 @@ def test_selection_composes_with_training_and_costs_budget():
 
 def test_plan_includes_the_selection_and_stays_within_eps(synthetic):
     n = len(synthetic.splits["train"])
-    base = MethodSpec(name="raco_dp", batch_size=100, max_steps=2000, noise_multiplier=3.0, hist_noise_multiplier=6.0)
-    private = MethodSpec(name="raco_dp", batch_size=100, max_steps=2000, noise_multiplier=3.0, hist_noise_multiplier=6.0,
+    base = paper_spec(name="raco_dp", batch_size=100, max_steps=2000, noise_multiplier=3.0, hist_noise_multiplier=6.0)
+    private = paper_spec(name="raco_dp", batch_size=100, max_steps=2000, noise_multiplier=3.0, hist_noise_multiplier=6.0,
                          scope="model", selection_eps=0.1)
     p0 = planning.plan(raco_dp, base, n_train=n, eps=1.0, delta=1e-5, constrained=True)
     p1 = planning.plan(raco_dp, private, n_train=n, eps=1.0, delta=1e-5, constrained=True)
@@ -61,8 +61,8 @@ def test_plan_includes_the_selection_and_stays_within_eps(synthetic):
 def test_plan_with_fixed_steps_calibrates_noise_for_the_selection_too(synthetic):
     n = len(synthetic.splits["train"])
     kw = dict(name="raco_dp", batch_size=200, steps=100, calibrate_noise=True)
-    p0 = planning.plan(raco_dp, MethodSpec(**kw), n_train=n, eps=1.0, delta=1e-5, constrained=True)
-    p1 = planning.plan(raco_dp, MethodSpec(**kw, scope="model", selection_eps=0.1), n_train=n, eps=1.0, delta=1e-5, constrained=True)
+    p0 = planning.plan(raco_dp, paper_spec(**kw), n_train=n, eps=1.0, delta=1e-5, constrained=True)
+    p1 = planning.plan(raco_dp, paper_spec(**kw, scope="model", selection_eps=0.1), n_train=n, eps=1.0, delta=1e-5, constrained=True)
     assert p1.eps_planned <= 1.0 and p1.spec.noise_multiplier > p0.spec.noise_multiplier
 
 

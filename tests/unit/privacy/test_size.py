@@ -7,8 +7,8 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 import torch
+from specs import paper_spec
 
-from raco_cli.methods.base import MethodSpec
 from raco_cli.privacy import accountant, releases
 from raco_cli.privacy.mechanisms import SecureNoise
 from raco_cli.privacy.size import dp_size, noisy_count, size_event
@@ -44,9 +44,9 @@ def test_the_plan_composes_the_count_and_stays_within_eps():
     from raco_cli.methods.planning import plan_uncached
 
     method = get("dp_sgd")
-    spec = MethodSpec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None)
+    spec = paper_spec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None)
     without = plan_uncached(method, spec, n_train=10_000, eps=1.0, delta=1e-5, constrained=False)
-    counted = MethodSpec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None,
+    counted = paper_spec(name="dp_sgd", batch_size=256, noise_multiplier=1.0, clip_norm=1.0, hist_noise_multiplier=None,
                          size_noise=20.0, train_size=10_013.0)
     with_count = plan_uncached(method, counted, n_train=10_013.0, eps=1.0, delta=1e-5, constrained=False)
     assert "GaussianDpEvent(noise_multiplier=20.0)" in str(with_count.event)

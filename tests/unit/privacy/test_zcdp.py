@@ -8,6 +8,7 @@ import math
 import dp_accounting as dpa
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
+from specs import paper_spec
 
 from raco_cli.privacy import accountant, zcdp
 
@@ -90,10 +91,9 @@ def test_rho_budget_is_planned_and_spent_exactly():
     """A DPSE run under privacy.rho: the calibrated event tree is rho-zCDP (counts included), just
     below the target, and its eps is that of the rho-Gaussian."""
     from raco_cli.methods import dpse
-    from raco_cli.methods.base import MethodSpec
     from raco_cli.methods.planning import plan
 
-    spec = MethodSpec(name="dpse", steps=50, noise_multiplier=1.0, clip_norm=2.0, calibrate_noise=True, options={"bgl_penalty": 0.0})
+    spec = paper_spec(name="dpse", steps=50, noise_multiplier=1.0, clip_norm=2.0, calibrate_noise=True, options={"bgl_penalty": 0.0})
     target = accountant.rho_epsilon(4.5, 1e-5)
     p = plan(dpse, spec, n_train=1000, eps=target, delta=1e-5, constrained=False)
     assert p.eps_planned <= target

@@ -1,0 +1,3 @@
+from raco_cli.cli.main import main
+
+raise SystemExit(main())

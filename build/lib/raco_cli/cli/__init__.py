@@ -1,0 +1,1 @@
+"""The command line (the only module that imports Hydra / OmegaConf)."""

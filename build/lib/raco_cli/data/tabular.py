@@ -1,0 +1,289 @@
+"""Split protocol and preprocessing shared by every tabular dataset (paper Section 6, App. E.1).
+
+1. Split: 25 % test, then 15 % of the rest validation, stratified by label x group, with a
+   fixed split seed (the same rows every run, whatever the training seed).
+2. Preprocess (``dataset.preprocessing``):
+
+   * ``public`` (the default under ``privacy.scope=model``): each numeric column clipped to
+     public bounds declared in ``conf/dataset/<name>.yaml`` (with their documented source),
+     optionally through a fixed transform (``log1p`` for heavy tails, ``slog1p`` for signed
+     amounts, ``log`` for small positive ratios), and mapped affinely onto [-1, 1].  No statistic of the data is used, so the
+     encoding of a row does not depend on any other row.
+   * ``empirical`` (``scope=paper``): numeric columns standardised with the mean/std of the
+     *training part only*, computed without privacy, as in the paper and in DP-FERMI.
+
+   Categorical columns are one-hot encoded over a fixed vocabulary (the public schema of the
+   dataset; unseen values map to all-zero columns).  A vocabulary fitted on the training part
+   (``None``) is allowed only with ``empirical``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+from raco_cli.data.types import TabularData
+from raco_cli.errors import DataIntegrityError
+
+PREPROCESSING = ("public", "empirical")
+TRANSFORMS = ("none", "log", "log1p", "slog1p")
+TEST_FRACTION = 0.25
+VAL_FRACTION = 0.15
+MIN_ROWS = 20
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How the feature columns of a table are encoded.
+
+    Attributes:
+        numeric: columns standardised with train mean/std.
+        categorical: column -> vocabulary (ordered category values). ``None`` means the
+            vocabulary is the sorted set of values seen in the training part.
+        passthrough: numeric columns used as they are (already scaled, e.g. 0/1 flags).
+    """
+
+    numeric: Sequence[str] = ()
+    categorical: Mapping[str, Sequence[object] | None] = field(default_factory=dict)
+    passthrough: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class PublicBound:
+    """Public range of a numeric column: values are clipped to [lo, hi], transformed, and
+    mapped onto [-1, 1] (``transform``: none, log (small positive ratios), log1p (heavy tails),
+    or slog1p = sign(x) log1p(|x|) (signed amounts))."""
+
+    lo: float
+    hi: float
+    transform: str = "none"
+
+    def scale(self, values: np.ndarray) -> np.ndarray:
+        """``2 (T(clip(x)) - T(lo)) / (T(hi) - T(lo)) - 1``.
+
+        >>> PublicBound(0.0, 10.0).scale(np.array([-5.0, 0.0, 5.0, 20.0])).tolist()
+        [-1.0, -1.0, 0.0, 1.0]
+        """
+        t = _transform(np.clip(values, self.lo, self.hi), self.transform)
+        t_lo, t_hi = _transform(np.array([self.lo, self.hi]), self.transform)
+        return 2.0 * (t - t_lo) / (t_hi - t_lo) - 1.0
+
+
+def _transform(x: np.ndarray, name: str) -> np.ndarray:
+    if name == "log":
+        return np.log(x)
+    if name == "log1p":
+        return np.log1p(x)
+    if name == "slog1p":
+        return np.sign(x) * np.log1p(np.abs(x))
+    return x
+
+
+def parse_bounds(raw: Mapping[str, object] | None, *, dataset: str) -> dict[str, PublicBound]:
+    """``dataset.bounds`` (column -> [lo, hi] or [lo, hi, transform]) -> :class:`PublicBound`.
+
+    Raises:
+        ConfigError: a malformed entry (one line naming ``dataset.bounds.<column>``).
+    """
+    from raco_cli.data.provenance import plain_bounds
+    from raco_cli.errors import ConfigError
+
+    out: dict[str, PublicBound] = {}
+    for col, entry in plain_bounds(raw, dataset=dataset).items():
+        key = f"dataset.bounds.{col}"
+        ok = isinstance(entry, (list, tuple)) and len(entry) in (2, 3)
+        lo, hi = (entry[0], entry[1]) if ok else (None, None)  # type: ignore[index]
+        transform = entry[2] if ok and len(entry) == 3 else "none"  # type: ignore[arg-type,index]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in (lo, hi))
+        if not ok or not numbers:
+            raise ConfigError(f"{key} must be [lo, hi] or [lo, hi, transform] with finite numbers (got {key}={entry!r}); "
+                              f"public bounds of the column in conf/dataset/{dataset}.yaml.")
+        if not lo < hi:  # type: ignore[operator]
+            raise ConfigError(f"{key} must have lo < hi (got {key}={entry!r}); public bounds of the column.")
+        if transform not in TRANSFORMS:
+            raise ConfigError(f"{key} transform must be one of {', '.join(TRANSFORMS)} (got {transform!r}); "
+                              "log1p for heavy tails, slog1p for signed amounts.")
+        if (transform == "log1p" and lo <= -1) or (transform == "log" and lo <= 0):  # type: ignore[operator]
+            raise ConfigError(f"{key} with {transform} needs lo > {-1 if transform == 'log1p' else 0} (got {key}={entry!r}); "
+                              "use slog1p for signed values.")
+        out[str(col)] = PublicBound(float(lo), float(hi), str(transform))  # type: ignore[arg-type]
+    return out
+
+
+def stratified_split(
+    y: np.ndarray,
+    group: np.ndarray,
+    *,
+    seed: int,
+    test_fraction: float = TEST_FRACTION,
+    val_fraction: float = VAL_FRACTION,
+) -> dict[str, np.ndarray]:
+    """Split row indices into train/val/test, stratified by the (label, group) cell.
+
+    Cells too small to stratify (fewer than 2 rows) are merged into one stratum.
+
+    Returns:
+        ``{"train", "val", "test"}`` -> sorted int64 index arrays.
+    """
+    n = len(y)
+    if n < MIN_ROWS:
+        raise DataIntegrityError(
+            f"The dataset has {n} usable rows; at least {MIN_ROWS} are needed for the split protocol "
+            "(25 % test, 15 % of the rest validation). Check the data files."
+        )
+    idx = np.arange(n)
+    rest, test = _split(idx, test_fraction, seed, label_group_strata(y, group), y)
+    train, val = _split(rest, val_fraction, seed, label_group_strata(y[rest], group[rest]), y[rest])
+    return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+
+def _split(idx: np.ndarray, fraction: float, seed: int, strata: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
+    """One stratified split; a small table with many (label, group) cells (e.g. intersectional
+    groups) whose part is smaller than the number of cells is stratified by label only, or not
+    at all (where scikit-learn would refuse).  Tables that can be stratified are unaffected."""
+    for stratify in (strata, labels):
+        try:
+            return train_test_split(idx, test_size=fraction, random_state=seed, stratify=stratify)
+        except ValueError:
+            continue
+    return train_test_split(idx, test_size=fraction, random_state=seed, stratify=None)
+
+
+def label_group_strata(y: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The stratum of each row for a stratified split: its (label, group) cell.  Cells of fewer
+    than 4 rows (too few to be split twice) are pooled into one stratum, and the pool's rows
+    take their label as stratum when the pool itself is that small.  The image splits
+    (:func:`raco_cli.data.images.pool_split`) stratify the same way."""
+    cells = y.astype(np.int64) * (int(group.max()) + 1) + group.astype(np.int64)
+    values, counts = np.unique(cells, return_counts=True)
+    rare = set(values[counts < 4].tolist())
+    if rare:
+        cells = np.where(np.isin(cells, list(rare)), -1, cells)
+        if np.sum(cells == -1) < 4:  # still too small: fall back to label-only strata
+            cells = np.where(cells == -1, y, cells)
+    return cells
+
+
+def encode_features(
+    df: pd.DataFrame,
+    columns: ColumnSpec,
+    train_rows: np.ndarray,
+    *,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, PublicBound] | None = None,
+    dataset: str = "",
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Encode feature columns: ``public`` from the public ``bounds`` only, ``empirical``
+    fitting every statistic on ``train_rows`` only (module docstring).
+
+    Returns:
+        X of shape (n, d) float32 and the d feature names.
+
+    Raises:
+        ConfigError: ``public`` without a bound for a numeric column, or with a vocabulary
+            that would be fitted on the data.
+    """
+    from raco_cli.errors import ConfigError
+
+    public = preprocessing == "public"
+    if public:
+        missing = [c for c in columns.numeric if c not in (bounds or {})]
+        if missing:
+            raise ConfigError(
+                f"dataset.bounds.{missing[0]} is missing (dataset.preprocessing=public needs public bounds for every numeric "
+                f"column: {', '.join(missing)}); declare them in conf/dataset/{dataset or '<name>'}.yaml or use "
+                "dataset.preprocessing=empirical (privacy.scope=paper)."
+            )
+        fitted = [c for c, v in columns.categorical.items() if v is None]
+        if fitted:
+            raise ConfigError(f"dataset.preprocessing=public needs a public level list for column {fitted[0]}; "
+                              "use dataset.preprocessing=empirical (privacy.scope=paper).")
+    blocks: list[np.ndarray] = []
+    names: list[str] = []
+    train = df.iloc[train_rows]
+    for col in columns.numeric:
+        values = pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
+        if public:
+            blocks.append(bounds[col].scale(values)[:, None])  # type: ignore[index]
+        else:
+            mean = float(train[col].astype(np.float64).mean())
+            std = float(train[col].astype(np.float64).std(ddof=0))
+            blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
+        names.append(col)
+    for col in columns.passthrough:
+        blocks.append(pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)[:, None])
+        names.append(col)
+    for col, vocab in columns.categorical.items():
+        cats = list(vocab) if vocab is not None else sorted(train[col].unique().tolist())
+        values = df[col].to_numpy()
+        onehot = np.stack([values == c for c in cats], axis=1).astype(np.float64)
+        blocks.append(onehot)
+        names.extend(f"{col}={c}" for c in cats)
+    if not blocks:
+        raise DataIntegrityError("No feature columns configured.")
+    X = np.concatenate(blocks, axis=1).astype(np.float32)
+    if not np.isfinite(X).all():
+        raise DataIntegrityError("Non-finite feature values after preprocessing.")
+    return X, tuple(names)
+
+
+def build_tabular(
+    name: str,
+    df: pd.DataFrame,
+    *,
+    y: np.ndarray,
+    group: np.ndarray,
+    columns: ColumnSpec,
+    class_names: Sequence[str],
+    group_names: Sequence[str],
+    split_seed: int,
+    source: str,
+    meta: Mapping[str, object] | None = None,
+    splits: Mapping[str, np.ndarray] | None = None,
+    preprocessing: str = "empirical",
+    bounds: Mapping[str, object] | None = None,
+) -> TabularData:
+    """Split, encode and wrap a cleaned table into :class:`TabularData`.
+
+    ``preprocessing``/``bounds``: ``dataset.preprocessing`` and ``dataset.bounds`` (module
+    docstring); the mode is recorded in ``meta["preprocessing"]``.
+
+    ``splits`` overrides the shared stratified split (a loader whose label depends on the
+    training part computes the split first, see ``parkinsons``).
+    """
+    y = np.asarray(y, dtype=np.int64)
+    group = np.asarray(group, dtype=np.int64)
+    if splits is None:
+        splits = stratified_split(y, group, seed=split_seed)
+    X, feature_names = encode_features(
+        df.reset_index(drop=True), columns, splits["train"], preprocessing=preprocessing,
+        bounds=parse_bounds(bounds, dataset=name), dataset=name,
+    )
+    return TabularData(
+        name=name,
+        X=X,
+        y=y,
+        group=group,
+        feature_names=feature_names,
+        class_names=tuple(class_names),
+        group_names=tuple(group_names),
+        splits=splits,
+        source=source,
+        # the first len(numeric) columns of X are the numeric features (encode_features' order):
+        # dataset.preprocessing=dp standardises them privately after loading
+        meta={**dict(meta or {}), "preprocessing": preprocessing, "numeric_features": len(columns.numeric)},
+    )
+
+
+def require_columns(df: pd.DataFrame, required: Sequence[str], *, dataset: str, path: str) -> None:
+    """Fail with one line when a table lacks expected columns (wrong or truncated file)."""
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataIntegrityError(
+            f"{path} is not a valid '{dataset}' file: missing columns {missing}. "
+            f"Delete it and fetch it again with: make data DATASET={dataset}"
+        )

@@ -1,0 +1,1 @@
+"""Figures: Pareto fronts (pure functions) and plots from run records."""

@@ -1,0 +1,1 @@
+"""Mechanisms, DpEvent trees and accounting.  Knows nothing of Hydra or training loops."""

@@ -1,0 +1,11 @@
+"""The run layer: one run's life, below the command line and above everything it uses.
+
+prepare (:mod:`~raco_cli.run.prepare`: config -> spec -> data, DP preprocessing release,
+constraints, model, privacy plan) -> fit (the method) -> finish (:mod:`~raco_cli.run.finish`:
+re-account, the released summary, outputs) with its MLflow records
+(:mod:`~raco_cli.run.records`), for one run (:mod:`~raco_cli.run.train`) or a sweep group
+trained together (:mod:`~raco_cli.run.group`).  Configs enter as plain mappings (or Hydra's
+``DictConfig``, converted at the door by :func:`~raco_cli.run.spec.plain_config`); every
+launcher (single run, basic/joblib/SLURM sweep jobs, group jobs, ``raco tune``, ``raco audit``)
+calls these functions, never another command's module.
+"""

@@ -1,0 +1,1 @@
+"""Experiment records: summary.json (always) and MLflow (the only module importing mlflow)."""
