@@ -95,11 +95,12 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), *, config_dir: str 
         RacoError: bad config, missing data, an unreachable budget: the command line's one-line
             errors (``ConfigError``, ``DataNotFoundError``, ``PrivacyBudgetError``, ...).
     """
+    from raco_cli.cli.job_config import plain_job
     from raco_cli.cli.validate import compose_config
     from raco_cli.run.train import train as train_run
 
     args = [*(["--config-dir", str(config_dir)] if config_dir is not None else []), *_override_list(overrides)]
-    cfg = compose_config(args)
+    cfg = plain_job(compose_config(args))  # (the run layer takes plain dicts, as from every command)
     out = Path(run_dir) if run_dir is not None else _new_run_dir()
     train_run(cfg, run_dir=out)
     return load(out)

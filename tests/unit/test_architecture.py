@@ -29,6 +29,7 @@ PACKAGE = "raco_cli"
 # layer of its longest listed prefix (the package itself, ``raco_cli/__init__.py``, only by name).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools", ("raco_cli.__main__", "raco_cli.bench", "raco_cli.bench_images")),
+    ("python interface", ("raco_cli.api", "raco_cli.estimator")),
     ("command line", ("raco_cli.cli",)),
     ("run", ("raco_cli.run",)),
     ("records", ("raco_cli.tracking", "raco_cli.predictor")),
@@ -36,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("methods", ("raco_cli.methods",)),
     ("mechanisms and measures", ("raco_cli.privacy", "raco_cli.metrics")),
     ("problem data", ("raco_cli.data", "raco_cli.constraints", "raco_cli.objectives", "raco_cli.models")),
-    ("leaves", ("raco_cli", "raco_cli.errors", "raco_cli.cores", "raco_cli.figures")),
+    ("leaves", ("raco_cli", "raco_cli.errors", "raco_cli.cores", "raco_cli.defaults", "raco_cli.figures")),
 )
 
 # Library -> the only modules (or packages) that may import it.
@@ -360,5 +361,5 @@ def test_upward_finds_a_planted_import() -> None:
     layers = {"top": 0, "top.a": 0, "mid": 1, "low": 2}
     edges = [("mid", "low", 3), ("low", "mid", 7), ("low", "mid", 7), ("top.a", "top", 1), ("mid", "top.a", 9), ("low", "low", 2)]
     assert upward(edges, layers.get) == [("low", 7, "mid"), ("mid", 9, "top.a")]
-    assert layer_of("raco_cli.run.private_search") == layer_of("raco_cli.run") == 2
-    assert layer_of(PACKAGE) == len(LAYERS) - 1 and layer_of("raco_cli.cli") == 1
+    assert layer_of("raco_cli.run.private_search") == layer_of("raco_cli.run") == 3
+    assert layer_of(PACKAGE) == len(LAYERS) - 1 and layer_of("raco_cli.cli") == 2
