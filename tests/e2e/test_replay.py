@@ -133,13 +133,15 @@ def _search(monkeypatch, tmp_path, name, data):
     """A private search (raco tune, scope=model) on ``data``: its best trial written to ``name``."""
     from raco_cli.privacy.tuning import Repetitions
     from raco_cli.run import prepare
+    from raco_cli.cli.tune_private import HydraSearchConfigs
     from raco_cli.run.private_search import PrivateSearch, SearchOptions
 
     monkeypatch.setattr(prepare, "load_data", lambda spec: data)
     opts = SearchOptions(repetitions=Repetitions("truncated_negative_binomial", 2.0, 1.0), candidates=3, score_noise=30.0,
                          sampler_seed=0, study="replay")
-    search = PrivateSearch(opts, ["dataset=synthetic", "constraint=dp", "eps=3", "method.batch_size=150", "method.max_steps=30",
-                                  "method.eval_every=10", "constraint.confidence=null", "tracking=none"])
+    search = PrivateSearch(opts, HydraSearchConfigs(["dataset=synthetic", "constraint=dp", "eps=3", "method.batch_size=150",
+                                                     "method.max_steps=30", "method.eval_every=10",
+                                                     "constraint.confidence=null", "tracking=none"]))
     best = search.run()
     assert best is not None
     summary = search.write(best, tmp_path / name)
