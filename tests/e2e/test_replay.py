@@ -131,9 +131,9 @@ def test_replay_catches_an_unrecorded_release(monkeypatch, tmp_path, bad):
 
 def _search(monkeypatch, tmp_path, name, data):
     """A private search (raco tune, scope=model) on ``data``: its best trial written to ``name``."""
+    from raco_cli.cli.tune_private import HydraSearchConfigs
     from raco_cli.privacy.tuning import Repetitions
     from raco_cli.run import prepare
-    from raco_cli.cli.tune_private import HydraSearchConfigs
     from raco_cli.run.private_search import PrivateSearch, SearchOptions
 
     monkeypatch.setattr(prepare, "load_data", lambda spec: data)
