@@ -32,7 +32,7 @@ Rules (counted, never silent; :func:`report_lines`):
 * a categorical value outside the level list sets ``<col>=other`` (``unknown: other``) or no
   column (``unknown: zero``); an unknown binary value is encoded 0.5.
 
-Then the shared split protocol (:func:`raco_cli.data.tabular.stratified_split`).
+Then the shared split protocol (:func:`raco_cli.data.tabular.split_rows`: by each row's own cells under ``dataset.split=record``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from raco_cli.data.schema import (
     numbers,
     tokens,
 )
-from raco_cli.data.tabular import MIN_ROWS, PublicBound, parse_bounds, stratified_split
+from raco_cli.data.tabular import MIN_ROWS, PublicBound, parse_bounds, split_rows
 from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
@@ -377,6 +377,7 @@ def load(
     delimiter: str | None = None,
     name: str | None = None,
     split_seed: int = 0,
+    split: str = "stratified",
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
@@ -417,7 +418,7 @@ def load(
                                  "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
     y, class_names_, group, group_names = _split_keys(draft, table, na)
-    splits = stratified_split(y, group, seed=split_seed)
+    splits = split_rows(y, group, seed=split_seed, how=split, frame=table)  # (record: each kept row by its own cells)
     data = TabularData(
         name="table", X=np.zeros((len(y), 0), dtype=np.float32), y=y, group=group, feature_names=(), class_names=class_names_,
         group_names=group_names, splits=splits, source=_where(path),

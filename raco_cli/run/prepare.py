@@ -35,7 +35,7 @@ def load_data(spec: RunSpec):
     kept in memory (TabularData is immutable): a sweep parses each file once per worker.
     """
     ds = spec.dataset
-    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options), ds.preprocessing,
+    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.split, ds.subset, dict(ds.options), ds.preprocessing,
                       dict(ds.bounds), dict(ds.imbalance)], sort_keys=True, default=str)
     if key in _DATA_CACHE:
         return _DATA_CACHE[key]
@@ -57,6 +57,7 @@ def load_data_uncached(spec: RunSpec):
         mirror=ds.mirror,
         allow_download=ds.download,
         split_seed=ds.split_seed,
+        split=ds.split,
         options=ds.options,
         # dp: the loader encodes by the public bounds; prepare_run standardises privately
         preprocessing="public" if ds.preprocessing == "dp" else ds.preprocessing,

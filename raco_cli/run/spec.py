@@ -42,6 +42,7 @@ class DatasetSpec:
     data_dir: Path
     options: Mapping[str, Any]
     preprocessing: str = "empirical"  # public | dp | empirical (resolved from dataset.preprocessing)
+    split: str = "stratified"  # record | stratified (resolved from dataset.split: auto follows privacy.scope)
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
@@ -414,6 +415,18 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
                                                 "paper: empirical statistics)."))
     if preprocessing == "auto":
         preprocessing = "dp" if scope == "model" else "empirical"
+    split = ds.get("split", "auto")
+    if split not in ("auto", "record", "stratified"):  # (raco_cli.data.tabular.SPLITS)
+        raise ConfigError(CHOICE.format(key="dataset.split", choices="auto, record, stratified", value=split,
+                                        meaning="record: each row's split from its own cells (adding or removing a row moves no other); "
+                                                "stratified: the paper's seeded shuffle of the whole file; auto follows privacy.scope "
+                                                "(model: record, paper: stratified)."))
+    if split == "auto":
+        split = "record" if scope == "model" else "stratified"
+    if split == "stratified" and scope == "model":  # a neighbouring file would move other rows into the exact test split
+        raise ConfigError("dataset.split=stratified: the whole-file shuffle is refused under privacy.scope=model (one row added "
+                          "or removed moves others between train and the exactly evaluated test split); use dataset.split=auto "
+                          "(record) or privacy.scope=paper.")
     dp_noise = _number({"s": ds.get("dp_noise_multiplier", 20.0)}, "s", "dataset.dp_noise_multiplier",
                        "the noise multiplier of the DP standardisation (dataset.preprocessing=dp).")
     if not math.isfinite(dp_noise):
@@ -443,6 +456,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         data_dir=Path(str((c.get("paths") or {}).get("data_dir") or "datasets")),
         options=dict(ds.get("options") or {}),
         preprocessing=str(preprocessing),
+        split=str(split),
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),
