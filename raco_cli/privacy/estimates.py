@@ -44,8 +44,10 @@ What is read from the noisy counts (post-processing):
   post-processing of the noisy counts (:func:`decide_type`): ``drop`` when neither the numeric
   nor the text count reaches tau; ``numeric`` when the numeric count is the larger (bounds from
   its bins; a cell that is no number is read as missing); else the text values released are
-  its levels: none, one value that leaves less than tau text cells to the rest, or more than
-  :data:`MAX_TYPE_LEVELS`: ``drop``; two: ``binary``; else ``categorical``.  So the type of a
+  its levels: none or more than :data:`MAX_TYPE_LEVELS`: ``drop``; one value, with a noisy
+  rest of text cells (text count minus the released values' counts, noise std sqrt(2) s) below
+  2 sqrt(2) s, the :data:`EXTEND_Z` rule of the bounds: ``drop`` (one value only); two with such
+  a rest: ``binary``; else ``categorical`` (its other values: ``<col>=other``).  So the type of a
   column never hangs on one record (one odd value, one duplicate, one non-numeric token) but
   through the accounted noise.
 
@@ -181,9 +183,13 @@ def _kinds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
             [t for t, ok in zip(present, finite.tolist()) if not ok])
 
 
-def decide_type(kinds: np.ndarray, text_keys: Sequence[str], text_counts: np.ndarray, tau: float) -> tuple[str, tuple[str, ...]]:
+def decide_type(kinds: np.ndarray, text_keys: Sequence[str], text_counts: np.ndarray, tau: float,
+                rest_min: float | None = None) -> tuple[str, tuple[str, ...]]:
     """A private column's type from its noisy ``(missing, numeric, text)`` counts and the noisy
-    counts of its text values (module docstring): ``(type, released levels)``.
+    counts of its text values (module docstring): ``(type, released levels)``.  ``rest_min``
+    (default tau): the noisy count of text cells outside the released values from which they
+    are a part of their own (``<col>=other``): below it one released value is a column of one
+    value only (drop), two released values a binary column.
 
     >>> decide_type(np.array([0.0, 900.0, 5.0]), ["?"], np.array([5.0]), 50.0)
     ('numeric', ())
@@ -191,6 +197,8 @@ def decide_type(kinds: np.ndarray, text_keys: Sequence[str], text_counts: np.nda
     ('drop', ('x',))
     >>> decide_type(np.array([0.0, 0.0, 900.0]), ["x", "y"], np.array([700.0, 200.0]), 50.0)
     ('binary', ('x', 'y'))
+    >>> decide_type(np.array([0.0, 0.0, 1900.0]), ["P", "a", "b"], np.array([1400.0, 250.0, 250.0]), 578.0, rest_min=300.0)
+    ('categorical', ('P',))
     """
     _, numeric, text = (float(v) for v in kinds)
     released = tuple(k for k, c in zip(text_keys, text_counts) if c >= tau)
@@ -200,10 +208,11 @@ def decide_type(kinds: np.ndarray, text_keys: Sequence[str], text_counts: np.nda
         return "numeric", ()
     if not released or len(released) > MAX_TYPE_LEVELS:
         return "drop", released
+    rest = text - float(sum(c for c in text_counts if c >= tau))
+    few = rest < (tau if rest_min is None else rest_min)
     if len(released) == 1:
-        rest = text - float(sum(c for k, c in zip(text_keys, text_counts) if k in released))
-        return ("drop" if rest < tau else "categorical"), released
-    return ("binary" if len(released) == 2 else "categorical"), released
+        return ("drop" if few else "categorical"), released
+    return ("binary" if len(released) == 2 and few else "categorical"), released
 
 
 def threshold(std: float, *, eps: float, delta: float, sparse_columns: int) -> float:
@@ -285,7 +294,8 @@ def post_process(columns: Sequence[PendingColumn], noisy: Sequence[tuple[tuple[A
     for col, (keys, counts) in zip(columns, noisy):
         if col.kind == "type":
             n = len(TYPE_KEYS) + N_KEYS
-            kind, lv = decide_type(counts[:3], keys[n:], counts[n:], tau)
+            # the rest of the text cells is the difference of two noisy counts: noise std sqrt(2) s
+            kind, lv = decide_type(counts[:3], keys[n:], counts[n:], tau, None if extend is None else math.sqrt(2) * extend)
             types[col.name] = kind
             missing = float(counts[0])
             if kind == "numeric":
