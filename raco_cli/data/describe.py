@@ -202,6 +202,12 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
     return column
 
 
+def file_type(df: pd.DataFrame, col: str, na_values: Sequence[str] = ()) -> str:
+    """The file's own type of a column (module docstring: numeric, binary, categorical or drop),
+    read exactly: what a ``private`` type is under ``privacy.scope=paper`` (empirical)."""
+    return _column(df, col, na_values, None, "", {}).type
+
+
 def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequence[str] = (), values: str = "private",
              delimiter: str | None = None) -> tuple[str, list[str]]:
     """The YAML text of a starting config for the table at ``path`` (module docstring), and

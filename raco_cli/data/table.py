@@ -14,7 +14,10 @@ A column's type is, in order: ``types[col]``; ``numeric`` when it has ``dataset.
 -> binary, text -> categorical).  Under ``privacy.scope=model`` (``dataset.preprocessing``
 public or dp) every numeric column needs public bounds and every other used column (label,
 sensitive, categorical, binary) a public level list: nothing about the encoding is read from
-the data, so the types follow from the configuration alone.  Under ``privacy.scope=paper``
+the data, so the types follow from the configuration alone.  ``types[col]: private`` (what
+``raco data describe`` writes) is decided per run with the column's bounds or level list from
+noisy counts of the training split (:mod:`raco_cli.privacy.estimates`, :func:`_filled`); under
+empirical preprocessing it is the file's own type (:func:`raco_cli.data.describe.file_type`).  Under ``privacy.scope=paper``
 (``empirical``) missing level lists are taken from the data (label and groups: every row;
 features: the training part) and numeric columns are standardised with the training part's
 mean/std, as for the benchmark datasets.
@@ -692,6 +695,11 @@ def resolve(
     # read from the file's storage under empirical (the paper's protocol)
     private_types = {c for c, e in type_entries.items() if e.private}
     types = {c: e.value for c, e in type_entries.items() if not e.private}
+    if private_types and not public:  # the paper's protocol: the file's own types, as `raco data describe` reads them
+        from raco_cli.data.describe import file_type
+
+        types.update({c: file_type(df, c, na_values) for c in private_types if c in columns})
+        private_types = set()
     # private values: pending under public preprocessing, read from the data under empirical (the paper's protocol)
     private_levels = {c for c, e in level_entries.items() if e.private}
     private_bounds = {c: e.transform for c, e in bound_entries.items() if e.private}

@@ -216,3 +216,13 @@ def test_the_type_is_read_from_the_noisy_counts(monkeypatch):
     cells = np.array([str(i) for i in range(1000)] + ["?"] * 100, dtype=object)
     est = estimates.estimate([table.PendingColumn("c", "type", cells)], noise_multiplier=1.0, eps=1.0, delta=1e-5, source=None)
     assert est.types == {"c": "categorical"} and est.levels["c"] == ("?",)
+
+
+def test_a_private_type_under_scope_paper_is_the_files_own(files):
+    """privacy.scope=paper (empirical) reads a private type from the file as describe does: the
+    flag is binary with its odd row and dropped without it; a text identifier is dropped."""
+    types = {"age": "private", "flag": "private", "city": "private"}
+    with_row, without = (table.load(path=str(p), label="y", sensitive="sex", preprocessing="empirical", types=types,
+                                    levels={"y": "private", "sex": "private"}) for p in files)
+    assert "flag" in with_row.feature_names and not any(f.startswith("flag") for f in without.feature_names)
+    assert with_row.meta["schema"].encoder.columns[1].to_dict()["type"] == "binary"
