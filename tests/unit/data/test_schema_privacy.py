@@ -12,7 +12,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 import yaml
 
 from raco_cli.cli.main import main
@@ -201,7 +200,6 @@ def test_a_private_numeric_column_reads_a_token_as_missing_in_predict_too():
     out = enc.encode(pd.DataFrame({"a": ["1", "?", "4"]}))
     assert out.X[:, 0].tolist() == [-0.5, 0.0, 1.0] and out.masks["a"]["missing"].tolist() == [False, True, False]
     assert TableEncoder.from_dict(enc.to_dict()) == enc
-    assert torch is not None  # (torch is imported by the estimates anyway)
 
 
 def test_the_type_is_read_from_the_noisy_counts(monkeypatch):
