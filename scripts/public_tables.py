@@ -128,7 +128,9 @@ def references(file: str, label: str, sensitive: str, types: dict[str, str]) -> 
 
 
 def _types(conf: Path, name: str) -> dict[str, str]:
-    """The column types describe wrote into the table's config (it drops identifiers)."""
+    """The column types describe wrote into the table's config: `private` (and a duplicated
+    header's copy `drop`); the empirical load of :func:`references` reads a private type as the
+    file's own, as describe does (identifiers dropped)."""
     import yaml
 
     return dict(yaml.safe_load((conf / "dataset" / f"{name}.yaml").read_text())["options"].get("types", {}))

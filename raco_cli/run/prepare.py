@@ -475,9 +475,10 @@ def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: A
     sigma = spec.dataset.estimate_noise_multiplier
     est = estimate_table(data, noise_multiplier=sigma, eps=spec.eps, delta=spec.delta,
                          source=noise_source(seeds.estimates, "cpu", secure=spec.secure_rng))
-    log.info("Private estimates (one Gaussian release over %d columns, noise multiplier %g, noise std %.4g, threshold %.4g): %s",
+    log.info("Private estimates (one Gaussian release, L2 sensitivity sqrt(M), M = %d (a private type counts 2), noise "
+             "multiplier %g, noise std %.4g, threshold %.4g): %s",
              est.columns, sigma, est.std, est.threshold, json.dumps({k: v for k, v in est.to_dict().items()
-                                                                    if k in ("bounds", "levels", "missing_indicator")}))
+                                                                    if k in ("types", "bounds", "levels", "missing_indicator")}))
     return finish(data, est), replace(method_spec, estimate_noise=sigma, reserved_delta=est.reserved_delta)
 
 

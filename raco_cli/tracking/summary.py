@@ -74,7 +74,8 @@ privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
 estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
                    from its training split in one accounted release: bounds, levels,
-                   missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
+                   missing_indicator, types (private column types), noise_multiplier, columns, std,
+                   threshold, reserved_delta
 search             (added in v1, optional; ``raco tune`` under scope=model) the private search whose best
                    trial this run is: protocol, repetitions (kind, mean, shape), candidates, sampler_seed,
                    eps_trial, score_noise, and the trial's noisy validation score (noisy_val_correct,

@@ -311,6 +311,30 @@ def test_no_record_of_a_default_run_holds_a_noise_seed(tmp_path):
     assert str(seeds.init) in written  # the init seed is written (initialisation may stay seeded)
 
 
+def test_a_table_with_private_types(monkeypatch, tmp_path):
+    """Issue 59: the types describe writes (`private`: numeric / categorical / binary / drop
+    decided with the bounds or levels inside the estimates release) reach the records only
+    through that release: replayed on the neighbour, every record is the same."""
+    from raco_cli.data.fixtures import people_frame
+
+    csv = tmp_path / "people.csv"
+    people_frame(600, seed=4).to_csv(csv, index=False)
+    dataset = ["dataset=table", f"dataset.options.path={csv}", "dataset.options.label=approved", "dataset.options.sensitive=[sex]",
+               "+dataset.options.types={id:drop,age:private,income:private,city:private,smoker:private}",
+               "+dataset.options.levels={approved:private,sex:private}", "dataset.options.missing_indicator=private",
+               "dataset.estimate_noise_multiplier=2", "eps=4"]  # fmt: skip
+    cfg = _config(tmp_path, ["method.batch_size=100", "method.max_steps=30", "method.eval_every=5", "constraint.confidence=null",
+                             TABLE_SIZE_NOISE], dataset=dataset)
+    data = _load(cfg)
+    assert data.meta["pending"] and data.feature_names == ()  # no type decided before the release
+    tape, first, second = _replay(monkeypatch, tmp_path, cfg, data, "train", "remove")
+    assert tape.kinds()["estimates"] == 1
+    types = first["summary"]["estimates"]["types"]
+    assert types == {"age": "numeric", "income": "numeric", "city": "categorical", "smoker": "binary"}, types
+    assert "dataset.options.types.city" in first["params"] and first["params"]["dataset.options.types.city"] == "private"
+    assert_same_records(first, second)
+
+
 # --- the neighbour varied (issue 59) ---------------------------------------------------------
 # The tests above remove one fixed record from the split index arrays.  A leak that reads a
 # statistic of one label, one group or one column's extremes (the exact count of class-1 rows in
