@@ -437,31 +437,39 @@ def _record_positions(frame, cfg) -> dict[str, np.ndarray]:
     return record_split(row_hashes(frame, seed=build_run_spec(cfg).dataset.split_seed))
 
 
-@pytest.mark.parametrize("kind", ["approved=yes", *(pytest.param(k, marks=pytest.mark.slow) for k in ("approved=no", "sex=F", "sex=M"))])
+@pytest.mark.parametrize("kind", ["flag=y", *(pytest.param(k, marks=pytest.mark.slow) for k in ("approved=yes", "approved=no", "sex=F", "sex=M"))])
 def test_the_neighbouring_file_through_describe_load_split_and_train(monkeypatch, tmp_path, kind):
-    """The file and the file minus one row (a row of each class and each group, in the training
-    split by its own hash): ``raco data describe`` prints the same configuration for both, and
-    training on each, the second fed the first's tape, writes the same records."""
+    """The file and the file minus one row (the row that flips a type: ``flag`` is ``x`` in every
+    row but this one; slow: a row of each class and each group), in the training split by its own
+    hash: ``raco data describe`` prints the same configuration for both, and training on each, the
+    second fed the first's tape, writes the same records."""
     import yaml
 
     from raco_cli.data.describe import describe
     from raco_cli.data.fixtures import people_frame
     from raco_cli.run import prepare
 
-    frame = people_frame(900, seed=7)
+    frame = people_frame(900, seed=7).assign(flag="x")  # issue 59's type flip: one value, or two with the odd row
     conf = tmp_path / "conf" / "dataset"
     conf.mkdir(parents=True)
     csv = tmp_path / "people.csv"
     frame.to_csv(csv, index=False)
-    described = describe(str(csv), label="approved", sensitive=["sex"])[0]  # (the YAML, its notes)
-    (conf / "people.yaml").write_text(described)
+    (conf / "people.yaml").write_text(describe(str(csv), label="approved", sensitive=["sex"])[0])  # (the YAML, its notes)
     overrides = ["--config-dir", str(tmp_path / "conf"), "dataset=people", "method.batch_size=100", "method.max_steps=30",
                  "method.eval_every=5", "constraint.confidence=null", "eps=4", "privacy.size_noise_multiplier=10",
                  "dataset.estimate_noise_multiplier=2"]
     cfg = _config(tmp_path, overrides, dataset=[])
     column, value = kind.split("=")
-    train_rows = _record_positions(frame, cfg)["train"]
-    (row,) = [r for r in train_rows if frame.iloc[r][column] == value][:1]
+    if column == "flag":  # the first row that lands in train once it holds the odd value
+        odd = lambda r: frame.assign(flag=np.where(np.arange(len(frame)) == r, "y", "x"))  # noqa: E731
+        row = next(r for r in range(len(frame)) if r in _record_positions(odd(r), cfg)["train"])
+        frame.loc[row, "flag"] = "y"
+    else:
+        row = next(r for r in _record_positions(frame, cfg)["train"] if frame.iloc[r][column] == value)
+    frame.to_csv(csv, index=False)
+    described = describe(str(csv), label="approved", sensitive=["sex"])[0]
+    (conf / "people.yaml").write_text(described)
+    assert "flag: private" in described
 
     prepare._DATA_CACHE.clear()
     with releases.recording() as tape:
