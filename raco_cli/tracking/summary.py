@@ -76,7 +76,7 @@ estimates          (added in v1, optional; dataset=table) the private values of 
                    from its training split in one accounted release: bounds, levels,
                    missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
 search             (added in v1, optional; ``raco tune`` under scope=model) the private search whose best
-                   trial this run is: protocol, repetitions (kind, mean, shape), candidates, sampler_seed,
+                   trial this run is: protocol, repetitions (kind, mean, shape), candidates,
                    eps_trial, score_noise, and the trial's noisy validation score (noisy_val_correct,
                    noisy_val_rows, noisy_val_accuracy, noisy_feasible); eps_spent is the search's
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the

@@ -24,7 +24,7 @@ SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "meth
 
 
 def _search(tmp_path, reps, candidates=1, overrides=SMALL):
-    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, study="t")
+    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, study="t")
     return PrivateSearch(opts, HydraSearchConfigs(overrides))
 
 
