@@ -359,3 +359,23 @@ def _active_runs_transaction(store: Any, run_ids: Sequence[str]) -> Iterator[Any
         if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
             raise _Fallback
         yield conn
+
+
+def untime_logged_model(client: Any, model_id: str, when: int) -> None:
+    """Set a logged model's creation and update times (MLflow: now) to ``when``, on MLflow's SQL
+    store (a run without process timing: its model would time the run's end); other stores keep
+    MLflow's."""
+    store = _sql_store(client)
+    if store is None:
+        return
+    import sqlalchemy as sa
+    from mlflow.store.tracking.dbmodels.models import SqlLoggedModel
+
+    models = SqlLoggedModel.__table__
+
+    def update() -> None:
+        with _transaction(store) as conn:
+            conn.execute(sa.update(models).where(models.c.model_id == model_id)
+                         .values(creation_timestamp_ms=when, last_updated_timestamp_ms=when))
+
+    retrying(update)

@@ -501,7 +501,7 @@ class RunRecorder:
         if shared:
             _EXPERIMENT_IDS[(uri, experiment)] = self.experiment_id
         if not shared or self.experiment_id not in _STALE_CHECKED:  # a group's runs share one client and one check
-            mark_stale_runs(self.client, self.experiment_id)
+            mark_stale_runs(self.client, self.experiment_id, locks=lock_dir(uri))
             if shared:
                 _STALE_CHECKED.add(self.experiment_id)
         self.buffered = buffered
@@ -633,6 +633,10 @@ class RunRecorder:
         retrying(self.client.log_outputs, self.run_id, [LoggedModelOutput(model.model_id, step=step)])
         retrying(self.client.log_model_artifacts, model.model_id, str(local_dir))
         retrying(self.client.finalize_logged_model, model.model_id, "READY")
+        if self._fixed_ts is not None:  # no process timing: the model's times are the run's public one
+            from raco_cli.tracking.bulk_metrics import untime_logged_model
+
+            untime_logged_model(self.client, model.model_id, self._fixed_ts)
         return f"models:/{model.model_id}"
 
     def finish(self, status: str) -> None:

@@ -130,3 +130,15 @@ def test_a_killed_untimed_run_is_marked_stale_by_the_next_and_a_live_one_is_not(
     assert not (lock_dir(uri) / f"{killed}.lock").exists()
     assert c.get_run(live.run_id).info.status == "RUNNING"
     live.finish("FINISHED")
+
+
+def test_an_untimed_runs_logged_model_carries_the_runs_public_time(tmp_path):
+    """A dataset=table run logs its model at its end: MLflow would stamp it with that time."""
+    rec = RunRecorder(uri=_uri(tmp_path), experiment="e", run_name="r", params={}, tags={}, timed=False)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "MLmodel").write_text("flavors: {}\n")
+    uri = rec.log_model(model_dir)
+    rec.finish("FINISHED")
+    model = rec.client.get_logged_model(uri.split("/")[-1])
+    assert model.creation_timestamp == model.last_updated_timestamp == mlflow_store.public_day_ms()
