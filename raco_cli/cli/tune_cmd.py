@@ -2,7 +2,7 @@
 
     raco tune [--config-dir DIR] dataset=adult constraint=dp eps=1 constraint.gamma=0.05
               [tune.repetitions=poisson] [tune.mean=10] [tune.shape=1]
-              [tune.candidates=8] [tune.score_noise=30] [tune.sampler_seed=0] [tune.study=NAME]
+              [tune.candidates=8] [tune.score_noise=30] [tune.study=NAME]
               [tune.out=outputs/tune | hydra.run.dir=DIR]
 
 **privacy.scope=model** (the default): a private random search (Papernot & Steinke 2022,
@@ -17,6 +17,11 @@ per-trial eps is planned inside it), to MLflow and to the search's own directory
 name included) or ``hydra.run.dir`` (which must not hold a search already), with ``best/`` (the
 run) and ``best.yaml``; a second search never replaces a first.  Its result table is
 ``raco train``'s: the released model's constraint rows on the test split (holds/VIOLATED).
+K, the candidates and each trial's candidate and seed are drawn from the OS CSPRNG (as the
+private noise is), never from a seed: there is no ``tune.sampler_seed`` in this scope, and the
+search is not reproducible by design.  No record tells how long the search or a trial took (no
+process times, MLflow start = end time; liveness lives in a lock file under ``.raco-locks/``
+beside the store, removed when the run ends): its duration would tell K.
 
 **privacy.scope=paper**: the paper's two-phase protocol (App. E.2), with Optuna, outside eps
 
@@ -35,6 +40,8 @@ accuracy) is retrained over ``tune.seeds`` new seeds (1000, 1001, ...) as a ``ra
 multirun into the MLflow experiment ``tune-<study>`` (finished seeds are skipped on re-runs),
 and ``outputs/tune/<study>/best.yaml`` is written as an experiment config recording where it
 came from.  Tuning and selection on validation data are not privacy-accounted (as in the paper).
+``tune.sampler_seed`` (this scope only) seeds the TPE sampler, moved on by the number of trials
+a resumed study already holds (a resumed search does not redraw the first session's points).
 An adaptive sampler (TPE) reads earlier trials' scores, which the private search's theorem does
 not cover: it stays in this protocol.
 
@@ -55,7 +62,7 @@ TUNE_KEYS = {
 }  # fmt: skip
 PRIVATE_KEYS = {
     "repetitions": "poisson", "mean": 10, "shape": 1.0, "candidates": 8, "score_noise": 30.0,
-    "study": None, "sampler_seed": 0, "out": "outputs/tune",
+    "study": None, "out": "outputs/tune",
 }  # fmt: skip
 
 
@@ -91,7 +98,10 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         if key not in TUNE_KEYS and key not in PRIVATE_KEYS:
             raise ConfigError(f"Unknown key tune.{key}. Allowed: {', '.join(f'tune.{k}' for k in {**TUNE_KEYS, **PRIVATE_KEYS})}.")
         if key not in keys:
-            why = ("the private search draws its number of trials from tune.repetitions, trains one seed per trial, writes "
+            why = ("the private search draws its number of trials, its candidates and its trials' seeds from the OS CSPRNG, "
+                   "never from a seed (a seed would make the secret number of trials recomputable)") \
+                if scope != "paper" and key == "sampler_seed" else \
+                ("the private search draws its number of trials from tune.repetitions, trains one seed per trial, writes "
                    "no study and releases its best trial instead of retraining") if scope != "paper" else \
                   "it belongs to the private search (privacy.scope=model)"
             other = "privacy.scope=paper (the paper's protocol, outside eps)" if scope != "paper" else "privacy.scope=model"
@@ -116,7 +126,6 @@ def parse_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         "shape": (lambda v: v >= 0, "a number >= 0 (1: geometric, 0: logarithmic)"),
         "candidates": (lambda v: float(v).is_integer() and v >= 1, "a positive integer"),
         "score_noise": (lambda v: v > 0, "a positive number of rows"),
-        "sampler_seed": (lambda v: float(v).is_integer() and v >= 0, "a non-negative integer"),
     }
     for key, (ok, allowed) in checks.items():
         v = opts[key]

@@ -68,7 +68,7 @@ def private_main(opts: Mapping[str, Any], overrides: list[str]) -> int:
         check_free(fixed_dir)
     reps = Repetitions(str(opts["repetitions"]), float(opts["mean"]), float(opts["shape"]))  # type: ignore[arg-type]
     search_opts = SearchOptions(repetitions=reps, candidates=int(opts["candidates"]), score_noise=float(opts["score_noise"]),
-                                sampler_seed=int(opts["sampler_seed"]), study=opts["study"])
+                                study=opts["study"])
     print(f"private search ({reps.describe()}) over {search_opts.candidates} candidates: planning the per-trial budget ...")
     search = PrivateSearch(search_opts, HydraSearchConfigs(overrides))
     study_name = search.study

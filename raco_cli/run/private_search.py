@@ -6,7 +6,7 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    cell counts, the DP standardisation, a table's private estimates.  Every trial plans from
    them; they are composed once with the search.
 2. **Candidates** (post-processing of the configuration and those releases): the configuration
-   as given, and ``tune.candidates - 1`` local settings drawn with ``tune.sampler_seed``: each
+   as given, and ``tune.candidates - 1`` local settings drawn from the OS CSPRNG: each
    searched value of the configuration, as resolved for the data (an auto batch size from n~;
    an auto dual step stays auto, resolved per candidate), times a log-uniform factor
    (:data:`raco_cli.run.tune_space.LOCAL_RANGE`).
@@ -14,8 +14,9 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
    [the training run planned at that eps + the score release]; the search's curve follows from
    the repetition theorem, the releases of step 1 are added, and the sum is converted at delta.
-4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed come from a generator
-   seeded with fresh OS entropy that is never written.  A trial is a ``scope=model`` training
+4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed are drawn from the OS
+   CSPRNG (:class:`raco_cli.privacy.csprng.SecureDraws`, never written; not a PRNG seeded from
+   it, whose state the released trial's seed would help reconstruct).  A trial is a ``scope=model`` training
    run (secure noise) and its score, ``(correct, rows) + N(0, s^2 I)`` on the validation split
    (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
    record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
@@ -24,7 +25,9 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
 5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed
-   number of repetitions).
+   number of repetitions).  Nor is its duration: under ``scope=model`` no record carries
+   process timing (docs/privacy.md, "Timing"), and the released run is named by a random id,
+   not by its trial's seed.
 
 The configurations come from the command line (:class:`SearchConfigs`, composed by Hydra in
 :mod:`raco_cli.cli.tune_private`): the search chooses the candidates' overrides, the command line
@@ -37,7 +40,6 @@ import contextlib
 import logging
 import math
 import secrets
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +71,16 @@ class SearchOptions:
     repetitions: Any  # raco_cli.privacy.tuning.Repetitions
     candidates: int
     score_noise: float
-    sampler_seed: int
     study: str | None
+
+
+def secure_draws() -> Any:
+    """The source of the search's secret draws (K, the candidates, each trial's candidate and
+    seed): the OS CSPRNG.  Tests replace this function to follow the draws (the explicit hook;
+    ``tune.sampler_seed`` is an option of ``privacy.scope=paper`` only)."""
+    from raco_cli.privacy.csprng import SecureDraws
+
+    return SecureDraws()
 
 
 @dataclass
@@ -92,18 +102,20 @@ class Trial:
         return (True, self.noisy_correct) if self.feasible else (False, -self.excess)
 
 
-def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float,
+def draw_candidates(method: str, n: int, rng: Any, values: Mapping[str, Any], n_train: float,
                     objective: str = "erm") -> list[list[str]]:
     """``n`` local candidates: each searched value of the method times a log-uniform factor
     (``raco_cli.run.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
     configuration's own values as resolved for the data and ``n_train`` the released n~: a
-    function of the configuration and accounted releases only (post-processing).
+    function of the configuration and accounted releases only (post-processing).  ``rng``: the
+    source of the factors (the search's :func:`secure_draws`), or an int seeding numpy (tests).
 
     >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
     'method.noise_multiplier=3.352'
     """
     names = [name for name in space_of(method, objective) if _number(values.get(name))]
-    rng = np.random.default_rng(seed)
+    if isinstance(rng, (int, np.integer)):
+        rng = np.random.default_rng(int(rng))
     out = []
     for _ in range(n):
         factors = {name: math.exp(rng.uniform(*np.log(LOCAL_RANGE[name]))) for name in names}
@@ -181,9 +193,14 @@ class PrivateSearch:
             given = self._prepare([], float(self.spec.eps))
         # step 2: candidate 0 is the configuration as given (e.g. the shipped defaults); the others
         # scale its values as resolved from the releases (an auto batch size from n~)
+        from raco_cli.privacy import releases
+
         n_train = given.plan.spec.size_of(len(np.asarray(given.data.splits["train"])))
-        self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed,
-                                                searched_values(given), n_train, self.spec.method.objective.name)]
+        values = searched_values(given)
+        # drawn from the CSPRNG; not a function of the data, but on the release tape so that a
+        # replay (tests/e2e/test_replay.py) plans the same search
+        self.candidates = [[], *releases.release("tune_candidates", lambda: draw_candidates(
+            self.spec.method.name, opts.candidates - 1, secure_draws(), values, n_train, self.spec.method.objective.name))]
         self.eps_trial, self.eps_spent, self.trial_events = self.plan()
         self.usable = sorted(self.trial_events)
 
@@ -332,7 +349,7 @@ class PrivateSearch:
         from raco_cli.privacy.tuning import draw_repetitions
 
         def draw() -> list[tuple[int, int]]:
-            rng = np.random.default_rng(secrets.randbits(128))  # fresh OS entropy, never written
+            rng = secure_draws()  # the OS CSPRNG, never written
             k = draw_repetitions(self.opts.repetitions, rng)
             return [(self.usable[int(rng.integers(len(self.usable)))], int(rng.integers(2**31 - 1))) for _ in range(k)]
 
@@ -357,7 +374,7 @@ class PrivateSearch:
             "search": {
                 "protocol": PROTOCOL, "eps_covers": "the search", "repetitions": reps.kind, "mean": reps.mean,
                 "shape": reps.shape if reps.kind == "truncated_negative_binomial" else None,
-                "candidates": len(self.candidates), "usable_candidates": len(self.usable), "sampler_seed": self.opts.sampler_seed,
+                "candidates": len(self.candidates), "usable_candidates": len(self.usable),
                 "eps_trial": float(self.eps_trial), "score_noise": self.opts.score_noise,
                 "noisy_val_correct": best.noisy_correct, "noisy_val_rows": best.noisy_rows,
                 "noisy_val_accuracy": best.noisy_correct / max(best.noisy_rows, 1.0), "noisy_feasible": best.feasible,
@@ -388,11 +405,12 @@ class PrivateSearch:
         from raco_cli.run.records import open_recorder
         from raco_cli.run.train import draw_curves
 
-        started = time.time()
-        recorder = open_recorder(best.prep, run_dir, None)
+        # named by a random id: a trial's seed (a CSPRNG draw of the search) names no record
+        name = f"{best.prep.spec.method.name}-{best.prep.spec.dataset.display}-{self.study}-best-{secrets.token_hex(4)}"
+        recorder = open_recorder(best.prep, run_dir, None, run_name=name, search_trial=True)
         status = "FAILED"
         try:
-            summary = finish_run(best.prep, best.result, run_dir, recorder, started=started,
+            summary = finish_run(best.prep, best.result, run_dir, recorder, started=None,
                                  curves=draw_curves(best.prep.spec, None), search=self.record(best))
             if recorder is not None:
                 recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search",  # raco report's price line

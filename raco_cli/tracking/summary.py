@@ -77,7 +77,7 @@ estimates          (added in v1, optional; dataset=table) the private values of 
                    missing_indicator, types (private column types), noise_multiplier, columns, std,
                    threshold, reserved_delta
 search             (added in v1, optional; ``raco tune`` under scope=model) the private search whose best
-                   trial this run is: protocol, repetitions (kind, mean, shape), candidates, sampler_seed,
+                   trial this run is: protocol, repetitions (kind, mean, shape), candidates,
                    eps_trial, score_noise, and the trial's noisy validation score (noisy_val_correct,
                    noisy_val_rows, noisy_val_accuracy, noisy_feasible); eps_spent is the search's
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the

@@ -24,7 +24,7 @@ SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "meth
 
 
 def _search(tmp_path, reps, candidates=1, overrides=SMALL):
-    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, study="t")
+    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, study="t")
     return PrivateSearch(opts, HydraSearchConfigs(overrides))
 
 
@@ -36,6 +36,8 @@ def _search(tmp_path, reps, candidates=1, overrides=SMALL):
         (["tune.mean=0.5"], "tune.mean must be a number >= 1"),
         (["tune.repetitions=fixed", "tune.mean=2.5"], "an integer for fixed repetitions"),
         (["privacy.scope=paper", "tune.mean=3"], "tune.mean is not an option of privacy.scope=paper tuning"),
+        # K, the candidates and the trials' seeds are CSPRNG draws: no seed to give them
+        (["tune.sampler_seed=3"], "tune.sampler_seed is not an option of privacy.scope=model tuning: the private search draws"),
     ],
 )
 def test_bad_private_options_are_one_line(args, message):
@@ -74,6 +76,13 @@ def test_private_tune_writes_only_the_best_trial_with_the_searchs_eps(tmp_path):
     assert len(runs) == 1  # the best trial only
     assert runs[0].data.metrics["privacy/eps_spent"] == pytest.approx(summary["eps_spent"])
     assert runs[0].data.tags["raco.tune.eps_covers"] == "the search"
+    # nothing tells K: no process timing (start = end, no pid start, no heartbeat), and the run is
+    # named by a random id, not by its trial's seed (a CSPRNG draw of the search)
+    info, tags = runs[0].info, runs[0].data.tags
+    assert info.start_time == info.end_time and not {"raco.pid_start", "raco.heartbeat", "raco.pid"} & set(tags)
+    assert "seed" not in info.run_name and str(summary["seed"]) not in info.run_name, info.run_name
+    assert tags["raco.seed.init"].startswith("secret") and "wall_time_s" not in summary.get("stats", {})
+    assert not list((tmp_path / ".raco-locks").glob("*.lock"))  # the run's lock went with it
     from raco_cli.figures.report import report
     from raco_cli.tracking.mlflow_store import run_records
 

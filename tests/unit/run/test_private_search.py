@@ -27,7 +27,7 @@ SMALL = ["dataset=synthetic", "method=dp_sgd", "constraint=none", "eps=2", "meth
 
 
 def _search(tmp_path, reps, candidates=1, overrides=SMALL):
-    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, sampler_seed=0, study="t")
+    opts = SearchOptions(repetitions=reps, candidates=candidates, score_noise=30.0, study="t")
     return PrivateSearch(opts, HydraSearchConfigs(overrides))
 
 
@@ -150,3 +150,74 @@ def test_candidates_planned_for_too_few_steps_are_left_out_of_the_draw(tmp_path)
     assert sorted(search._events(0.5)) == [1]
     search.candidates = [["method.batch_size=600"]]
     assert sorted(search._events(0.5)) == [0]
+
+
+class _ScriptedDraws:
+    """The CSPRNG's face (raco_cli.privacy.csprng.SecureDraws), scripted: K = ``k``, every uniform
+    at its low end, each trial the last usable candidate and the seeds 1000, 1001, ..."""
+
+    def __init__(self, k: int, log: list) -> None:
+        self.k, self.log, self.seeds = k, log, iter(range(1000, 2000))
+
+    def negative_binomial(self, n, p):
+        self.log.append(("K", n, p))
+        return self.k
+
+    def poisson(self, lam):
+        self.log.append(("K", lam))
+        return self.k
+
+    def uniform(self, low, high):
+        self.log.append(("uniform",))
+        return low
+
+    def integers(self, high):
+        self.log.append(("integers", high))
+        return next(self.seeds) if high == 2**31 - 1 else high - 1
+
+
+def test_k_the_candidates_and_the_trial_seeds_come_from_the_csprng(tmp_path, monkeypatch):
+    """The search's every secret draw goes through ``secure_draws`` (the OS CSPRNG; replaced here
+    by a script): the candidates' factors, K and each trial's candidate and seed follow it, and
+    nothing is drawn from a seed (there is no tune.sampler_seed under scope=model)."""
+    from raco_cli.run import private_search
+    from raco_cli.run.tune_space import LOCAL_RANGE
+
+    log: list = []
+    monkeypatch.setattr(private_search, "secure_draws", lambda: _ScriptedDraws(3, log))
+    reps = Repetitions("truncated_negative_binomial", 3.0, 1.0)
+    search = _search(tmp_path, reps, candidates=3)
+    given = search._prepare([], float(search.spec.eps)).plan.spec
+    for candidate in search.candidates[1:]:  # every factor at its range's low end: the script's uniforms
+        assert _values(candidate)["method.lr"] == pytest.approx(given.lr * LOCAL_RANGE["lr"][0], rel=1e-3)
+    assert search.candidates[1] == search.candidates[2]
+    assert not hasattr(search.opts, "sampler_seed")
+    trials = []
+
+    def stub(self, index, seed):
+        trials.append((index, seed))
+        return Trial(list(self.candidates[index]), None, None, float(seed), 1.0, True)
+
+    monkeypatch.setattr(PrivateSearch, "_trial", stub)
+    log.clear()
+    search.run()
+    assert log[0] == ("K", 1.0, pytest.approx(reps.gamma))  # K: the script's draw of D_{eta,gamma}
+    assert trials == [(search.usable[-1], 1000), (search.usable[-1], 1001), (search.usable[-1], 1002)]
+
+
+def test_the_csprngs_draws_follow_their_distributions():
+    """SecureDraws' inversions have numpy's distributions (means and a few probabilities)."""
+    from raco_cli.privacy.csprng import SecureDraws
+
+    d = SecureDraws()
+    n = 4000
+    poisson = np.array([d.poisson(3.0) for _ in range(n)])
+    assert poisson.mean() == pytest.approx(3.0, abs=0.15) and np.mean(poisson == 0) == pytest.approx(np.exp(-3.0), abs=0.02)
+    nb = np.array([d.negative_binomial(1.0, 0.25) for _ in range(n)])  # geometric failures: mean (1-p)/p = 3
+    assert nb.mean() == pytest.approx(3.0, abs=0.25) and np.mean(nb == 0) == pytest.approx(0.25, abs=0.025)
+    logs = np.array([d.logseries(0.9) for _ in range(n)])
+    assert logs.min() >= 1 and logs.mean() == pytest.approx(-0.9 / (0.1 * np.log(0.1)), rel=0.08)
+    ints = [d.integers(5) for _ in range(n)]
+    assert set(ints) == {0, 1, 2, 3, 4}
+    u = [d.uniform(2.0, 3.0) for _ in range(200)]
+    assert 2.0 < min(u) and max(u) < 3.0
