@@ -122,7 +122,7 @@ def records(tmp_path: Path, run_dir: Path, summary: dict, log_path: Path | None 
     histories = {k: client.get_metric_history(run.info.run_id, k) for k in run.data.metrics}
     stamps = {m.timestamp for ms in histories.values() for m in ms}
     tags = {k: v for k, v in run.data.tags.items()
-            if not k.startswith("mlflow.") and k not in ("raco.run_dir", "raco.heartbeat")}
+            if not k.startswith("mlflow.") and k != "raco.run_dir"}  # (no heartbeat or pid start under scope=model)
     written = json.loads((run_dir / "summary.json").read_text())
     written.pop("mlflow")
     out = {
@@ -132,6 +132,7 @@ def records(tmp_path: Path, run_dir: Path, summary: dict, log_path: Path | None 
         "params": run.data.params,
         "metrics": {k: [(m.step, m.value) for m in ms] for k, ms in histories.items()},
         "metric_clock_times": len(stamps),  # scope=model: one (the run's creation), no per-window timing
+        "run_times": (run.info.start_time, run.info.end_time),  # scope=model: the public day, start = end
         "tags": tags,
         "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
         "log": log_path.read_text() if log_path is not None else None,
@@ -154,6 +155,8 @@ def _replay(monkeypatch, tmp_path: Path, cfg, data, split: str, direction: str):
 
 def assert_same_records(first: dict, second: dict) -> None:
     assert first["metric_clock_times"] == 1, "scope=model metrics must not time the evaluation windows"
+    start, end = first["run_times"]
+    assert start == end, "a scope=model run's MLflow start and end times must carry no duration"
     for key in first:
         assert first[key] == second[key], f"{key} differs between neighbouring datasets"
     assert first["log"] and "Privacy plan" in first["log"]
