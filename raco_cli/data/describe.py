@@ -40,16 +40,16 @@ import yaml
 
 from raco_cli.data.schema import numbers, tokens
 from raco_cli.data.table import (
+    MAX_LEVELS,
     duplicate_headers,
+    file_type,
     header_line,
     read_table,
     sniff_delimiter,
     sorted_levels,
-    storage_type,
 )
 from raco_cli.errors import ConfigError
 
-MAX_LEVELS = 50  # more distinct text values than this: `drop` (an identifier, names, dates, free text)
 LEAK_ACCURACY = 0.95  # a column alone predicting the label at least this well on held-out rows...
 LEAK_ERROR_SHARE = 0.25  # ...with at most this share of the majority class's errors is flagged
 NA_SHARE = 0.9  # a text column whose cells are numbers but for at most NA_TOKENS tokens (>= this share of cells)
@@ -150,7 +150,6 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
     present = [t for t in text if t is not None]
     n_missing = n - len(present)
     distinct = sorted_levels(text)
-    kind = storage_type(df[col], na_values)
     note = f"{n_missing} missing of {n}"
     review: list[str] = []
     if col in duplicates:
@@ -159,15 +158,9 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
                       f"this is copy {nth}, read as {col!r}")
         if tokens(df[original], na_values).tolist() == text.tolist():
             return Column(col, "drop", f"identical to {original!r}", missing=n_missing, review=review, header_copy=True)
-    if not present:
-        return Column(col, "drop", f"empty: no value in {n} rows", missing=n_missing, review=review)
-    if len(distinct) == 1:
-        return Column(col, "drop", f"one value only in {n} rows", missing=n_missing, review=review)
-    if len(distinct) == len(present) and len(present) >= 20:
-        values = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")
-        if kind != "numeric" or (values.notna().all() and np.all(np.mod(values.to_numpy(dtype=np.float64), 1) == 0)):
-            return Column(col, "drop", f"identifier-like: {len(distinct)} distinct values in {len(present)} rows", missing=n_missing,
-                          review=review)
+    kind, why, rule = file_type(df[col], na_values)
+    if rule in ("empty", "one", "identifier"):
+        return Column(col, "drop", why, missing=n_missing, review=review)
     if kind == "numeric":
         values = numbers(df[col], column=col, where="the file", na_values=na_values)
         found = values[~np.isnan(values)]
@@ -184,9 +177,8 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
             shown = ", ".join(f"{t!r} ({c} cells)" for t, c in others.most_common())
             flags = " ".join(f"--na-value {_quote(t)}" for t in others)
             review.append(f"numbers but for {shown}: if they mark missing values, describe again with {flags}")
-        if len(distinct) > MAX_LEVELS:
-            return Column(col, "drop", f"{len(distinct)} distinct values in {n} rows (names, dates or free text?)", missing=n_missing,
-                          review=review)
+        if rule == "many":
+            return Column(col, "drop", why, missing=n_missing, review=review)
         column = Column(col, "binary" if len(distinct) == 2 else "categorical", f"{len(distinct)} levels, {note}",
                         levels=distinct, missing=n_missing, review=review)
         leak_values = text
@@ -200,12 +192,6 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
     if col in duplicates:
         column.header_copy = True
     return column
-
-
-def file_type(df: pd.DataFrame, col: str, na_values: Sequence[str] = ()) -> str:
-    """The file's own type of a column (module docstring: numeric, binary, categorical or drop),
-    read exactly: what a ``private`` type is under ``privacy.scope=paper`` (empirical)."""
-    return _column(df, col, na_values, None, "", {}).type
 
 
 def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequence[str] = (), values: str = "private",

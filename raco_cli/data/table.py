@@ -17,7 +17,7 @@ sensitive, categorical, binary) a public level list: nothing about the encoding 
 the data, so the types follow from the configuration alone.  ``types[col]: private`` (what
 ``raco data describe`` writes) is decided per run with the column's bounds or level list from
 noisy counts of the training split (:mod:`raco_cli.privacy.estimates`, :func:`_filled`); under
-empirical preprocessing it is the file's own type (:func:`raco_cli.data.describe.file_type`).  Under ``privacy.scope=paper``
+empirical preprocessing it is the file's own type (:func:`file_type`).  Under ``privacy.scope=paper``
 (``empirical``) missing level lists are taken from the data (label and groups: every row;
 features: the training part) and numeric columns are standardised with the training part's
 mean/std, as for the benchmark datasets.
@@ -304,6 +304,35 @@ def storage_type(series: pd.Series, na_values: Sequence[str]) -> str:
     if present and pd.to_numeric(pd.Series(present, dtype=object), errors="coerce").notna().all():
         return "numeric"
     return "categorical"
+
+
+MAX_LEVELS = 50  # more distinct text values than this: `drop` (an identifier, names, dates, free text)
+
+
+def file_type(series: pd.Series, na_values: Sequence[str] = ()) -> tuple[str, str, str]:
+    """The file's own type of a column, read exactly (numeric, binary, categorical or drop), why,
+    and the rule that decided it (``empty``, ``one``, ``identifier``, ``many``: drops; ``numeric``;
+    ``levels``): ``raco data describe``'s rule, and what a ``private`` type is under
+    ``privacy.scope=paper`` (empirical).  Not for scope=model: one row can flip it (docs/privacy.md,
+    "The schema")."""
+    n = len(series)
+    text = tokens(series, na_values)
+    present = [t for t in text if t is not None]
+    distinct = sorted_levels(text)
+    kind = storage_type(series, na_values)
+    if not present:
+        return "drop", f"empty: no value in {n} rows", "empty"
+    if len(distinct) == 1:
+        return "drop", f"one value only in {n} rows", "one"
+    if len(distinct) == len(present) and len(present) >= 20:
+        values = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")
+        if kind != "numeric" or (values.notna().all() and np.all(np.mod(values.to_numpy(dtype=np.float64), 1) == 0)):
+            return "drop", f"identifier-like: {len(distinct)} distinct values in {len(present)} rows", "identifier"
+    if kind == "numeric":
+        return "numeric", "", "numeric"
+    if len(distinct) > MAX_LEVELS:
+        return "drop", f"{len(distinct)} distinct values in {n} rows (names, dates or free text?)", "many"
+    return ("binary" if len(distinct) == 2 else "categorical"), f"{len(distinct)} levels", "levels"
 
 
 # --- the loader ---------------------------------------------------------------------------
@@ -697,9 +726,7 @@ def resolve(
     private_types = {c for c, e in type_entries.items() if e.private}
     types = {c: e.value for c, e in type_entries.items() if not e.private}
     if private_types and not public:  # the paper's protocol: the file's own types, as `raco data describe` reads them
-        from raco_cli.data.describe import file_type
-
-        types.update({c: file_type(df, c, na_values) for c in private_types if c in columns})
+        types.update({c: file_type(df[c], na_values)[0] for c in private_types if c in columns})
         private_types = set()
     # private values: pending under public preprocessing, read from the data under empirical (the paper's protocol)
     private_levels = {c for c, e in level_entries.items() if e.private}

@@ -145,9 +145,9 @@ def record_split(hashes: np.ndarray, *, test_fraction: float = TEST_FRACTION, va
     is a function of that row and public configuration alone, so adding or removing a row moves
     no other row (docs/privacy.md, "The split").  Identical rows share a split.
 
-    >>> s = record_split(np.array([0, 2**62, 2**63, 2**64 - 1], dtype=np.uint64))
-    >>> s["test"].tolist(), s["val"].tolist(), s["train"].tolist()
-    ([0], [1], [2, 3])
+    >>> s = record_split(np.repeat(np.array([0, 2**62, 2**63, 2**64 - 1], dtype=np.uint64), 5))  # (u = 0, 0.25, 0.5, ~1) x 5
+    >>> s["test"].tolist(), s["val"].tolist(), s["train"].tolist() == list(range(10, 20))
+    ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9], True)
     """
     n = len(hashes)
     if n < MIN_ROWS:

@@ -133,7 +133,7 @@ STATUS: dict[str, Any] = {
     "estimates": RELEASE,
     # a private search's best trial (run/private_search.py): its settings are configuration; its
     # plan (planned from n~) and its score are releases; the number of trials is never recorded
-    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates", "sampler_seed",
+    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates",
                                 "score_noise"), PUBLIC),
                **dict.fromkeys(("usable_candidates", "eps_trial", "noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy",
                                 "noisy_feasible"), RELEASE)},

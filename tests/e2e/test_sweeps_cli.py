@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 
 def raco(*args, cwd, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "raco_cli", *args], cwd=cwd, capture_output=True, text=True,
@@ -33,6 +35,7 @@ def finished_children(db: Path, experiment: str):
     return [r for r in runs if r.data.tags.get("raco.role") not in ("sweep", "report")]
 
 
+@pytest.mark.slow  # a 2x2 multirun, report and figure as subprocesses: ~30 s; the fast suite keeps the shorter cases of the same path
 def test_2x2_joblib_multirun_then_report_and_figure(tmp_path):
     db, figs = tmp_path / "mlflow.db", tmp_path / "figs"
     uri = f"tracking.uri=sqlite:///{db}"
@@ -167,6 +170,7 @@ def test_sweep_file_smoke_with_command_line_overrides(tmp_path):
     assert (tmp_path / "small" / "fig4_adult_smoke.png").stat().st_size < (figs / "fig4_adult_smoke.png").stat().st_size
 
 
+@pytest.mark.slow  # three sweep files as subprocesses: ~60 s; the fast suite keeps the shorter cases of the same path
 def test_several_sweep_files_in_one_command(tmp_path):
     """`make reproduce`: `raco train +sweep=a,b` runs the sweeps one after the other in one
     process, each into its own experiment; a bad value for either is refused before any runs."""
@@ -192,6 +196,7 @@ def test_several_sweep_files_in_one_command(tmp_path):
     assert (tmp_path / "s" / "fig4_adult" / "0" / "summary.json").exists() and (tmp_path / "s" / "fig5_adult" / "0" / "summary.json").exists()
 
 
+@pytest.mark.slow  # a search, its resume and retrain as subprocesses: ~40 s; the fast suite keeps the shorter cases of the same path
 def test_tune_runs_resumes_and_retrains(tmp_path):
     db = tmp_path / "mlflow.db"
     base = ["tune", "privacy.scope=paper", *FAST, "constraint.gamma=0.5", "method.max_steps=30", "tune.trial_seeds=1", "tune.seeds=2", "tune.study=t",

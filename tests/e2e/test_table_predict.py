@@ -87,7 +87,8 @@ def test_predict_reproduces_the_runs_test_accuracy_exactly(capsys, tmp_path, peo
     summary = train(people_csv, run_dir, f"method={method}", f"model={model}", *extra)
     assert summary["predictor"] == "model" and (run_dir / "model" / "MLmodel").is_file()
     paper = "privacy.scope=paper" in extra
-    rows = held_out_rows(people_csv, tmp_path / "test.csv", preprocessing="empirical" if paper else "public")
+    rows = held_out_rows(people_csv, tmp_path / "test.csv", preprocessing="empirical" if paper else "public",
+                         split="stratified" if paper else "record")
     code, out, err = predict(capsys, run_dir, "--data", rows, "--out", tmp_path / "pred.csv")
     assert code == 0, err
     assert accuracy_line(out) == round(summary["metrics"]["test"]["accuracy"], 4)

@@ -57,7 +57,7 @@ def test_the_released_model_predicts_what_its_test_accuracy_says(tmp_path):
     from raco_cli.data import synthetic
 
     res = raco_cli.train([*FAST, "dataset.preprocessing=public"], run_dir=tmp_path / "run")
-    data = synthetic.load(preprocessing="public")  # the dataset config's defaults (n 4000, 8 features, seed 0)
+    data = synthetic.load(preprocessing="public", split="record")  # the config defaults (n 4000, 8 features, seed 0), scope=model split
     test = np.asarray(data.splits["test"])
     accuracy = float((res.predict(np.asarray(data.X)[test]) == data.y[test]).mean())
     assert accuracy == pytest.approx(res.test["accuracy"], abs=1e-12)

@@ -126,6 +126,7 @@ def test_a_trial_config_is_the_composed_one(tmp_path):
             assert search._trial_config(candidate, eps, seed) == OmegaConf.to_container(fresh, resolve=True)  # what the run layer takes
 
 
+@pytest.mark.slow  # a whole search from a config dir: ~28 s; the fast suite keeps the shorter cases of the same path
 def test_a_users_config_dir_reaches_the_search_and_its_trials(tmp_path):
     """raco tune --config-dir <dir> dataset=<mine>: the user's own dataset option (what ``raco data
     describe`` writes) is composed for the search and for every trial, as under raco train."""

@@ -112,6 +112,7 @@ def test_candidates_are_local_and_a_function_of_the_given_values_the_seed_and_n_
         {"method.noise_multiplier", "method.lr", "method.batch_size"}]
 
 
+@pytest.mark.slow  # a whole search (planning and its trials): ~65 s; the fast suite keeps the shorter cases of the same path
 def test_the_search_scales_the_configuration_as_resolved_from_the_released_size(tmp_path):
     """Candidate 0 is the configuration as given; the others scale its auto batch size, which is
     the power of two nearest n~/16 (a release), not a fixed range."""
