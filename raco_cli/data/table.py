@@ -455,7 +455,7 @@ def load(
                                  "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
     y, class_names_, group, group_names = _split_keys(draft, table, na)
-    splits = split_rows(y, group, seed=split_seed, how=split, frame=table)  # (record: each kept row by its own cells)
+    splits = split_rows(y, group, seed=split_seed, how=split, frame=_hashed_cells(table, label, y, class_names_))
     data = TabularData(
         name="table", X=np.zeros((len(y), 0), dtype=np.float32), y=y, group=group, feature_names=(), class_names=class_names_,
         group_names=group_names, splits=splits, source=_where(path),
@@ -463,6 +463,17 @@ def load(
               "file_rows": kept, "rows_read": len(df), "dropped": dict(draft.dropped), "pending": draft.pending.any},
     )
     return finish(data) if not draft.pending.any else data
+
+
+def _hashed_cells(table: pd.DataFrame, label: str | None, y: np.ndarray, class_names: Sequence[str]) -> pd.DataFrame:
+    """The cells a row's per-record split hashes: its own, the label's as its class name (so
+    Adult read through dataset=table, label "Yes"/"No" named ">50K"/"<=50K", splits as
+    dataset=adult does; a regression target stays its value)."""
+    if label is None or label not in table.columns or len(class_names) < 2:
+        return table
+    hashed = table.copy()
+    hashed[label] = np.asarray(class_names, dtype=object)[np.asarray(y)]
+    return hashed
 
 
 def _split_keys(draft: Draft, table: pd.DataFrame, na: tuple[str, ...]) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, tuple[str, ...]]:

@@ -390,11 +390,11 @@ def _train_one(monkeypatch, tmp_path: Path, name: str, cfg, data=None) -> dict:
     return with_curves(records(tmp_path, run_dir, summary, logfile.path), run_dir)
 
 
-def _replay_pair(monkeypatch, tmp_path: Path, cfg, d, d_prime):
+def _replay_pair(monkeypatch, tmp_path: Path, cfg, d, d_prime, name: str = ""):
     with releases.recording() as tape:
-        first = _train_one(monkeypatch, tmp_path, "D", cfg, d)
+        first = _train_one(monkeypatch, tmp_path, f"{name}D", cfg, d)
     with releases.replaying(tape):  # raises unless the tape is consumed exactly
-        second = _train_one(monkeypatch, tmp_path, "D_prime", cfg, d_prime)
+        second = _train_one(monkeypatch, tmp_path, f"{name}D_prime", cfg, d_prime)
     return first, second
 
 
@@ -419,7 +419,7 @@ def test_the_extreme_records_of_every_feature(monkeypatch, tmp_path):
     data = _load(cfg)
     for j in range(len(data.feature_names)):
         for kind, split in ((f"max{j}", "train"), (f"min{j}", "val")):
-            first, second = _replay_pair(monkeypatch, tmp_path / kind, cfg, *neighbour_pair(data, split, kind, "add"))
+            first, second = _replay_pair(monkeypatch, tmp_path, cfg, *neighbour_pair(data, split, kind, "add"), name=f"{kind}-")
             assert_same_records(first, second)
 
 

@@ -1,5 +1,5 @@
 """Acceptance of dataset=table on Adult (slow, needs the mirror): the mirror's DP-FERMI CSV
-files read through docs/examples/conf/dataset/adult_table.yaml give the same split sizes and,
+files read through docs/examples/conf/dataset/adult_table.yaml give the same per-record split and,
 at the same seed and config, the same test accuracy as dataset=adult; ``raco predict`` on the
 table run's test rows reproduces that accuracy exactly."""
 
@@ -51,8 +51,9 @@ def test_adult_through_table_matches_dataset_adult_and_predict_reproduces_it(tmp
     from omegaconf import OmegaConf
 
     opts = OmegaConf.to_container(cfg.dataset, resolve=True)
-    loaded = data.load("table", data_dir=".", options=opts["options"], preprocessing="public", bounds=opts["bounds"])
-    assert {s: len(v) for s, v in loaded.splits.items()} == {"train": 28828, "val": 5088, "test": 11306}
+    loaded = data.load("table", data_dir=".", options=opts["options"], preprocessing="public", bounds=opts["bounds"], split="record")
+    sizes = {s: len(v) for s, v in loaded.splits.items()}  # the per-record split (scope=model): dataset=adult's
+    assert sum(sizes.values()) == 45222 and sizes["test"] == sum(adult["group_sizes"]["test"].values()), sizes
     rows = read_table(opts["options"]["path"]).iloc[loaded.meta["file_rows"][loaded.splits["test"]]]
     rows.to_csv(tmp_path / "test.csv", index=False)
     assert main(["predict", str(tmp_path / "table"), "--data", str(tmp_path / "test.csv"), "--out", str(tmp_path / "p.csv")]) == 0

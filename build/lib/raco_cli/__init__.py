@@ -9,15 +9,13 @@ The Python interface (docs/python.md), imported on first use so that ``import ra
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["RacoClassifier", "Result", "load", "train", "__version__"]
 
-if TYPE_CHECKING:  # (for type checkers and IDEs; at run time they load on first use)
-    from raco_cli.api import Result, load, train
-    from raco_cli.estimator import RacoClassifier
-
+# (by name: the package is a leaf of the layers, tests/unit/test_architecture.py, and these two
+# modules sit at the top)
 _LAZY = {"train": "raco_cli.api", "load": "raco_cli.api", "Result": "raco_cli.api", "RacoClassifier": "raco_cli.estimator"}
 
 

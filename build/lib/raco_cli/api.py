@@ -5,9 +5,11 @@
 MLflow record), the same privacy scope.  It returns a :class:`Result`; ``load`` reads one back
 from a run directory.  Sweeps, figures and the private search stay command-line tools.
 
-    >>> import raco_cli                                            # doctest: +SKIP
-    >>> res = raco_cli.train(["dataset=adult", "constraint=dp", "eps=1"])
-    >>> res.eps_spent, res.test["accuracy"], res.satisfied
+::
+
+    import raco_cli
+    res = raco_cli.train(["dataset=adult", "constraint=dp", "eps=1"])
+    res.eps_spent, res.test["accuracy"], res.satisfied
 """
 
 from __future__ import annotations
@@ -93,11 +95,12 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), *, config_dir: str 
         RacoError: bad config, missing data, an unreachable budget: the command line's one-line
             errors (``ConfigError``, ``DataNotFoundError``, ``PrivacyBudgetError``, ...).
     """
+    from raco_cli.cli.job_config import plain_job
     from raco_cli.cli.validate import compose_config
     from raco_cli.run.train import train as train_run
 
     args = [*(["--config-dir", str(config_dir)] if config_dir is not None else []), *_override_list(overrides)]
-    cfg = compose_config(args)
+    cfg = plain_job(compose_config(args))  # (the run layer takes plain dicts, as from every command)
     out = Path(run_dir) if run_dir is not None else _new_run_dir()
     train_run(cfg, run_dir=out)
     return load(out)
@@ -124,21 +127,21 @@ def load(run_dir: str | Path) -> Result:
 def _override_list(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]:
     """Overrides as ``key=value`` strings (a mapping's values written as Hydra reads them)."""
     if isinstance(overrides, Mapping):
-        return [f"{key}={_hydra_value(value)}" for key, value in overrides.items()]
+        return [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
     if isinstance(overrides, str):
         raise ConfigError(f"overrides={overrides!r} must be a list of key=value strings or a mapping, not one string; "
                           f"e.g. raco_cli.train([{overrides!r}]).")
     return [str(o) for o in overrides]
 
 
-def _hydra_value(value: Any) -> str:
+def hydra_value(value: Any) -> str:
     """A Python value as a Hydra override value (``None`` -> null, lists -> [a,b])."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return str(value)

@@ -207,15 +207,15 @@ class RacoClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         return yaml.safe_dump(config, sort_keys=False)
 
     def _overrides(self, root: Path) -> list[str]:
-        from raco_cli.api import _hydra_value
+        from raco_cli.api import hydra_value
 
         # (the batch size from the table's size, raco train's default for every method)
         out = [f"method={self.method}", f"constraint={self.constraint}", "dataset=raco_classifier", "method.batch_size=auto",
-               f"eps={_hydra_value(self.eps)}",
-               f"delta={_hydra_value(self.delta)}", f"seed={int(self.seed)}", f"privacy.scope={self.scope}",
-               f"constraint.confidence={_hydra_value(self.confidence)}"]
+               f"eps={hydra_value(self.eps)}",
+               f"delta={hydra_value(self.delta)}", f"seed={int(self.seed)}", f"privacy.scope={self.scope}",
+               f"constraint.confidence={hydra_value(self.confidence)}"]
         if self.constraint != "none":
-            out.append(f"constraint.gamma={_hydra_value(self.gamma)}")
+            out.append(f"constraint.gamma={hydra_value(self.gamma)}")
         if self.tracking:
             out.append(f"tracking.uri=sqlite:///{root / 'mlflow.db'}")
         else:

@@ -139,6 +139,7 @@ def main(argv: list[str]) -> int:
     from raco_cli.audit.result import AuditSpec
 
     audit = AuditSpec(**audit_kw)  # type: ignore[arg-type]
+    from raco_cli.cli.job_config import plain_job
     from raco_cli.cli.plugins import register_resolvers
     from raco_cli.cli.validate import compose_config
     from raco_cli.run.prepare import prepare_run
@@ -148,7 +149,7 @@ def main(argv: list[str]) -> int:
     # the audit measures the mechanism's privacy: the run trains against gamma itself unless
     # constraint.confidence is given (a margin on small audit sets would refuse the run)
     cfg = compose_config(["++constraint.confidence=null", *rest])
-    prep = prepare_run(cfg)
+    prep = prepare_run(plain_job(cfg))
     check_writable(out_dir)
     result = run_audit(prep, audit)
     path = out_dir / "audit.json"

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raco_cli.cli.args import OneLineParser
-from raco_cli.cli.paths import CONF_DIR, SWEEPS_DIR
+from raco_cli.cli.paths import SWEEPS_DIR
+from raco_cli.cli.tracking_uri import default_uri
 from raco_cli.errors import NO_RUNS, ConfigError, NoRunsError, RacoError, unknown_name
 
 if TYPE_CHECKING:
@@ -27,13 +28,6 @@ if TYPE_CHECKING:
 
 DEFAULT_OUT = Path("outputs/figures")
 REPRODUCTION_DOC = Path("docs/reproduction.md")
-
-
-def default_uri() -> str:
-    """``tracking.uri`` of ``conf/tracking/mlflow.yaml`` (relative to the working directory)."""
-    import yaml
-
-    return str(yaml.safe_load((CONF_DIR / "tracking" / "mlflow.yaml").read_text())["uri"])
 
 
 def sweep_experiment(sweep: str) -> str:

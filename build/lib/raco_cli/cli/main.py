@@ -150,7 +150,7 @@ def _train_sweeps(argv: list[str], names: list[str]) -> int:
     import time
     import traceback
 
-    from raco_cli.cli.validate import expand_shorthands
+    from raco_cli.cli.overrides import expand_shorthands
 
     def one(name: str, a: str) -> str:
         if a.startswith("+sweep="):
@@ -208,7 +208,7 @@ def _train_one(argv: list[str], *, validated: bool = False) -> int:
     if len(modes) > 1:  # Hydra would raise a ValueError with a traceback
         raise ConfigError(f"raco train takes one of {', '.join(sorted(set(MODE_FLAGS.values())))} (got {' and '.join(modes)}). "
                           "To see a sweep job's config, drop --multirun: raco train <overrides> --cfg job.")
-    from raco_cli.cli.validate import expand_shorthands
+    from raco_cli.cli.overrides import expand_shorthands
 
     argv = expand_shorthands(argv)
     info_only = any(a in ("--cfg", "-c", "--info", "--help", "--resolve", "--shell-completion") for a in argv)

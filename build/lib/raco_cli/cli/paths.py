@@ -29,17 +29,6 @@ def _project_root() -> Path:
 PROJECT_ROOT = _project_root()
 
 
-def cpu_count() -> int:
-    """Cores this process may use (affinity-aware); ``RACO_JOBS`` overrides it."""
-    env = os.environ.get("RACO_JOBS")
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS
-        return max(1, os.cpu_count() or 1)
-
-
 def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     """Option names of a config group (the YAML files in ``conf/<group>/`` and in
     ``<dir>/<group>/`` of every extra config directory, ``raco train --config-dir <dir>``)."""

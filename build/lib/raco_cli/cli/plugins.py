@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from raco_cli.cli.paths import PROJECT_ROOT, cpu_count
+from raco_cli.cli.paths import PROJECT_ROOT
+from raco_cli.cores import cpu_count
 
 
 def register_resolvers() -> None:

@@ -73,40 +73,16 @@ def locate(source: str, tracking_uri: str | None) -> Path:
                             "(the tracking.uri the run was trained with).")
     if source.startswith("runs:/") and source.rstrip("/").count("/") == 1:
         source = source.rstrip("/") + "/model"
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow.artifacts
+    from raco_cli.tracking.model_artifact import download, logged_model_location
 
     try:
-        source = _logged_model_location(source, uri)
-        path = mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=uri, dst_path=tempfile.mkdtemp(prefix="raco-predict-"))
+        source = logged_model_location(source, uri)
+        path = download(source, uri, tempfile.mkdtemp(prefix="raco-predict-"))
     except Exception as exc:  # noqa: BLE001 - MLflow raises many types for an unknown run/model
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TrackingError(f"Cannot fetch {source} from {uri}: {first}. Check the URI (raco train prints it as "
                             "'mlflow model') and --tracking-uri.") from None
-    return predictor.find(Path(path))
-
-
-def _logged_model_location(source: str, uri: str) -> str:
-    """The artifact location of an MLflow 3 logged model named by ``models:/<model_id>`` or
-    ``runs:/<run_id>/<name>``, looked up through this store's client (MLflow resolves those
-    URIs through its global tracking URI otherwise); any other URI unchanged."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri, registry_uri=uri)
-    if source.startswith("models:/m-"):
-        return str(client.get_logged_model(source[len("models:/"):].strip("/")).artifact_location)
-    if source.startswith("models:/"):  # a registered model: models:/<name>/<version or @alias>
-        name, _, version = source[len("models:/"):].strip("/").partition("/")
-        alias = version.lstrip("@")
-        mv = client.get_model_version(name, version) if version.isdigit() else client.get_model_version_by_alias(name, alias)
-        return _logged_model_location(str(mv.source), uri) if str(mv.source) != source else str(mv.source)
-    if source.startswith("runs:/"):
-        run_id, _, name = source[len("runs:/"):].partition("/")
-        run = client.get_run(run_id)
-        found = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{name}'")
-        if found:
-            return str(found[0].artifact_location)
-    return source
+    return predictor.find(path)
 
 
 def _write(write: Any, out: Path, what: str, flag: str) -> None:

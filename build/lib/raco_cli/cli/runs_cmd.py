@@ -2,9 +2,12 @@
 
 A run killed with SIGKILL (or by the OOM killer, or a lost node) cannot mark itself FAILED.
 Every new ``raco train`` run marks such runs of its experiment FAILED before it starts (tag
-``raco.stale_reason``); this command does the same on demand.  Detection: on the same host,
-the recorded pid and process start time no longer exist; on another host, no heartbeat for
-``RACO_STALE_AFTER_S`` seconds (default 900).
+``raco.stale_reason``); this command does the same on demand.  Detection, by the run's lock
+file ``.raco-locks/<run_id>.lock`` beside the store (outside the records; a private
+``scope=model`` run has no process tags) or, without one, by the run's tags: on the same host,
+the lock is no longer held and the recorded pid and process start time no longer exist; on
+another host, no heartbeat (the lock's mtime, refreshed every minute) for ``RACO_STALE_AFTER_S``
+seconds (default 900).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def main(argv: list[str]) -> int:
         if exc.code in (0, None):
             return 0
         raise ConfigError("Invalid arguments for raco runs; see raco runs --help.") from None
-    from raco_cli.tracking.mlflow_store import client, mark_stale_runs
+    from raco_cli.tracking.mlflow_store import client, lock_dir, mark_stale_runs
     from raco_cli.tracking.retry import retrying
 
     c = client(args.uri)
@@ -35,7 +38,7 @@ def main(argv: list[str]) -> int:
     if exp is None:
         print(f"no experiment '{args.experiment}' in {args.uri}")
         return 0
-    marked = mark_stale_runs(c, exp.experiment_id, dry_run=not args.mark)
+    marked = mark_stale_runs(c, exp.experiment_id, dry_run=not args.mark, locks=lock_dir(args.uri))
     for run_id, reason in marked:
         print(f"{run_id}  {'marked FAILED' if args.mark else 'stale'}: {reason}")
     print(f"{len(marked)} stale run(s)")

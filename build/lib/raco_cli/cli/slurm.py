@@ -143,6 +143,7 @@ class RacoSlurmLauncher(SlurmLauncher):
         finished), or record a FAILED run for one that never started; how many failed."""
         from omegaconf import open_dict
 
+        from raco_cli.cli.job_config import plain_job
         from raco_cli.cli.sweep_plan import group_members
 
         assert self.hydra_context is not None and self.config is not None
@@ -157,7 +158,7 @@ class RacoSlurmLauncher(SlurmLauncher):
         run_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
         with open_dict(cfg):
             del cfg["hydra"]
-        return int(_fail_run(cfg, run_dir, sweep_dir, error))
+        return int(_fail_run(plain_job(cfg), run_dir, sweep_dir, error))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A SLURM task unpickles the launcher to run its job with the base class's __call__;

@@ -10,7 +10,9 @@ Before launching, every job's config is composed (as the basic sweeper does to v
 and hashed with :func:`raco_cli.run.spec.config_hash` - the hash ``raco train`` tags its
 MLflow run with.  Jobs whose hash already has a FINISHED run in their MLflow experiment are
 skipped, so an interrupted sweep resumes where it stopped (``hydra.sweeper.resume=false``
-re-runs everything).  Duplicate jobs inside one sweep run once.
+re-runs everything).  Duplicate jobs inside one sweep run once.  Those decisions, and the
+grouping of jobs into launcher jobs, are :mod:`raco_cli.cli.sweep_launches`; this module is the
+Hydra plugin around them.
 
 Options (``hydra.sweeper.<key>``):
 
@@ -45,7 +47,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,17 +57,8 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raco_cli.cli.compose_cache import ComposeCache
-from raco_cli.cli.sweep_plan import (
-    GROUP_OVERRIDE,
-    SMOKE_SUFFIX,
-    balance,
-    group_key,
-    group_members,
-    known_steps,
-    plan_jobs,
-    run_cost,
-    split_evenly,
-)
+from raco_cli.cli.sweep_launches import grids_or_all, launcher_jobs, unfinished, unique_jobs
+from raco_cli.cli.sweep_plan import SMOKE_SUFFIX, group_members, plan_jobs
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +139,10 @@ class RacoSweeper(Sweeper):
         self.smoke_overrides = dict(smoke_overrides or {})
         self.resume = bool(resume)
         # true/false, or the grids to group (e.g. Table 2 times grouped and single runs side by side)
-        self.group = _grids_or_all(group)
+        self.group = grids_or_all(group)
         self.group_max_runs = int(group_max_runs)
         self.group_memory_gb = float(group_memory_gb)
-        self.in_one_job = _grids_or_all(in_one_job)  # the grids whose runs are trained alone in one launcher job
+        self.in_one_job = grids_or_all(in_one_job)  # the grids whose runs are trained alone in one launcher job
         self._composed: ComposeCache | None = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
@@ -180,8 +172,6 @@ class RacoSweeper(Sweeper):
         return OmegaConf.to_container(self._composed(overrides), resolve=True)  # type: ignore[return-value]
 
     def sweep(self, arguments: list[str]) -> Any:
-        from raco_cli.run.spec import config_hash
-
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         extra: list[str] = []
         if self.smoke:
@@ -193,33 +183,10 @@ class RacoSweeper(Sweeper):
             smoke_params=self.smoke_params, smoke_overrides=self.smoke_overrides,
         )
         tic = time.perf_counter()
-        keyed: list[tuple[list[str], str, tuple[bool, str | None, str]]] = []
-        configs: dict[int, dict[str, Any]] = {}
-        seen: set[tuple[str | None, str, str]] = set()
-        duplicates = 0
-        grid_of: dict[int, str] = {}
-        for grid, overrides in jobs:
-            grid_of[id(overrides)] = grid
-            cfg = self._job_config(overrides)
-            tr = cfg.get("tracking") or {}
-            store = (bool(tr.get("enabled")), tr.get("uri"), str(tr.get("experiment")))
-            h = config_hash(cfg)
-            if (store[1], store[2], h) in seen:
-                duplicates += 1
-                continue
-            seen.add((store[1], store[2], h))
-            configs[id(overrides)] = cfg
-            keyed.append((overrides, h, store))
+        keyed, duplicates = unique_jobs(jobs, self._job_config)
         skipped = 0
         if self.resume:
-            finished: dict[tuple[str | None, str], set[str]] = {}
-            for _enabled, uri, experiment in {s for _, _, s in keyed if s[0] and s[1]}:
-                from raco_cli.tracking.mlflow_store import finished_config_hashes
-
-                finished[(uri, experiment)] = finished_config_hashes(str(uri), experiment)
-            todo = [(o, h, s) for o, h, s in keyed if not (s[0] and h in finished.get((s[1], s[2]), set()))]
-            skipped = len(keyed) - len(todo)
-            keyed = todo
+            keyed, skipped = unfinished(keyed)
         msg = (
             f"sweep: {len(jobs)} jobs"
             + (f", {duplicates} duplicate(s) merged" if duplicates else "")
@@ -233,8 +200,8 @@ class RacoSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        jobs_to_run = [o for o, _, _ in keyed]
-        launches = self._launches([(o, configs[id(o)]) for o in jobs_to_run], sweep_dir, [grid_of[id(o)] for o in jobs_to_run])
+        jobs_to_run = [job.overrides for job in keyed]
+        launches = self._launches([(job.overrides, job.config) for job in keyed], sweep_dir, [job.grid for job in keyed])
         size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(launches), 1)
 
         returns = []
@@ -262,63 +229,22 @@ class RacoSweeper(Sweeper):
             raise SystemExit(2) from None
 
     def _launches(self, jobs: list[tuple[list[str], dict[str, Any]]], sweep_dir: Path, grids: list[str]) -> list[list[str]]:
-        """The launcher jobs: with ``group`` on, compatible jobs as group jobs (their configs in
-        a group file, composed once), the others as jobs of their own; every run keeps the
-        directory ``<sweep dir>/<job number>`` it has without grouping."""
-        from raco_cli.run.group import write_group
-
+        """The launcher jobs of ``jobs`` (:func:`~raco_cli.cli.sweep_launches.launcher_jobs`) under
+        this sweeper's options, for the launcher's parallel workers."""
         assert self.config is not None
         subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]
         if not (self.group or self.in_one_job) or subdir != "${hydra.job.num}":
             if self.group or self.in_one_job:
                 log.info("sweep: jobs are not grouped (hydra.sweep.subdir is customised; grouping keeps run dirs <sweep dir>/<num>)")
             return [o for o, _ in jobs]
-        groups: OrderedDict[str, list[int]] = OrderedDict()
-        in_one_job: OrderedDict[str, list[int]] = OrderedDict()  # grid -> its runs, trained alone in one job
-        launches: list[tuple[float, int, list[str]]] = []  # (estimated cost, first job number, overrides)
-        unknown = known_steps([cfg for _, cfg in jobs])
-
-        def cost(num: int) -> float:
-            return run_cost(jobs[num][1], unknown_steps=unknown)
-
-        for num, (overrides, cfg) in enumerate(jobs):
-            if _applies(self.in_one_job, grids[num]):
-                in_one_job.setdefault(grids[num], []).append(num)
-                continue
-            key = group_key(cfg) if _applies(self.group, grids[num]) else None
-            if key is None:
-                launches.append((cost(num), num, [*overrides, f"hydra.sweep.subdir={num}"]))
-            else:
-                groups.setdefault(key, []).append(num)
         workers = self._workers()
-        chunks = [(chunk, cost(chunk[0])) for nums in groups.values() for chunk in split_evenly(nums, self.group_max_runs)]
-        n_groups = 0
-
-        def group_job(nums: list[int], total: float, **flags: bool) -> None:
-            """One launcher job for the runs ``nums``: their configs (and ``flags``) in a group file."""
-            nonlocal n_groups
-            members = [{"num": num, "run_dir": str(sweep_dir / str(num)), "config": jobs[num][1], **flags} for num in nums]
-            path = write_group(sweep_dir / ".groups" / f"{n_groups}.json", members, memory_gb=self.group_memory_gb)
-            # the first run's overrides too: the group job gets the Hydra settings (mode, logging) its runs would
-            launches.append((total, nums[0], [*jobs[nums[0]][0], f"{GROUP_OVERRIDE}{path.resolve()}", f"hydra.sweep.subdir=groups/{n_groups}"]))
-            n_groups += 1
-
-        for nums in in_one_job.values():
-            group_job(nums, sum(cost(num) for num in nums), alone=True)
-        for chunk in balance(chunks, workers):  # cut so that parallel workers finish together
-            total = len(chunk) * cost(chunk[0])
-            if len(chunk) == 1:
-                launches.append((total, chunk[0], [*jobs[chunk[0]][0], f"hydra.sweep.subdir={chunk[0]}"]))
-                continue
-            group_job(chunk, total)
-        # parallel workers take the costliest jobs first (the tail is then short); one worker
-        # (the basic launcher, Table 2's timings) keeps the sweep's order.  Every run keeps its job
-        # number, directory and result whatever its launch position or piece.
-        launches.sort(key=(lambda item: (-item[0], item[1])) if workers > 1 else (lambda item: item[1]))
+        launches, n_groups = launcher_jobs(jobs, sweep_dir, grids, group=self.group, in_one_job=self.in_one_job,
+                                           group_max_runs=self.group_max_runs, group_memory_gb=self.group_memory_gb,
+                                           workers=workers)
         if n_groups:
             log.info("sweep: %d runs as %d launcher jobs (%d groups, costliest first for %d parallel workers; "
                      "hydra.sweeper.group=false runs one job per run)", len(jobs), len(launches), n_groups, workers)
-        return [o for _, _, o in launches]
+        return launches
 
     def _workers(self) -> int:
         """How many jobs the launcher runs at once: joblib's ``n_jobs`` (-1: every core); 1 for
@@ -330,22 +256,10 @@ class RacoSweeper(Sweeper):
             return 1
         n = int(OmegaConf.select(self.config, "hydra.launcher.n_jobs", default=1) or 1)
         if n < 0:  # joblib: -1 = every core, -2 = all but one, ...
-            from raco_cli.cli.paths import cpu_count
+            from raco_cli.cores import cpu_count
 
             n = max(1, cpu_count() + 1 + n)
         return n
-
-
-def _grids_or_all(value: Any) -> bool | list[str]:
-    """A per-grid option's value: true / false (null: false), or the names of the grids it applies to."""
-    if isinstance(value, bool) or value is None:
-        return bool(value)
-    return [value] if isinstance(value, str) else [str(g) for g in value]
-
-
-def _applies(option: bool | list[str], grid: str) -> bool:
-    """Whether a per-grid option (:func:`_grids_or_all`) applies to a job of ``grid``."""
-    return option if isinstance(option, bool) else grid in option
 
 
 # Hydra instantiates only plugins whose class lives under the ``hydra_plugins`` namespace.

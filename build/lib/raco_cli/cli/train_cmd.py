@@ -1,7 +1,8 @@
 """``raco train``: the Hydra application.
 
 Hydra composes the config and picks the launcher; each job lands in :func:`hydra_entry`'s task,
-which hands it to the run layer (:func:`raco_cli.run.train.train`, or
+which hands it, as plain dicts (:mod:`raco_cli.cli.job_config`), to the run layer
+(:func:`raco_cli.run.train.train`, or
 :func:`raco_cli.run.group.run_group_file` for a sweep group job) and prints the result table
 (:mod:`raco_cli.cli.result_table`).
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from raco_cli.errors import RacoError
 
@@ -39,6 +42,7 @@ def hydra_entry() -> None:
     from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
+    from raco_cli.cli.job_config import plain_job
     from raco_cli.cli.paths import CONF_DIR
     from raco_cli.cli.plugins import register_resolvers
     from raco_cli.cli.result_table import print_result
@@ -58,12 +62,14 @@ def hydra_entry() -> None:
             from raco_cli.run.group import run_group_file
 
             return run_group_file(Path(str(group)), sweep_dir=sweep_dir, on_result=print_result)  # type: ignore[return-value]
+        job: Mapping[str, Any] = cfg  # the DictConfig until it is converted (a failed conversion is the job's error)
         try:
-            summary = train(cfg, run_dir=run_dir, sweep_dir=sweep_dir)
+            job = plain_job(cfg)
+            summary = train(job, run_dir=run_dir, sweep_dir=sweep_dir)
         except RacoError as exc:
             print(f"error: {exc}", file=sys.stderr)
             if multirun:  # one bad job must not stop the sweep; its failure is recorded
-                record_job_failure(cfg, run_dir, sweep_dir, exc)
+                record_job_failure(job, run_dir, sweep_dir, exc)
                 return None
             raise SystemExit(2) from None
         except Exception as exc:  # a bug: keep the traceback; in a sweep, record and go on
@@ -71,7 +77,7 @@ def hydra_entry() -> None:
                 raise
             log.exception("job failed")
             print(f"error: job {hc.job.num} failed: {type(exc).__name__}: {exc} (traceback in {run_dir})", file=sys.stderr)
-            record_job_failure(cfg, run_dir, sweep_dir, exc)
+            record_job_failure(job, run_dir, sweep_dir, exc)
             return None
         print_result(summary, run_dir)
         # the job's value for an optimising sweeper: validation accuracy; NaN in scope=model,

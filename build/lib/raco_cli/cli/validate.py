@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raco_cli.cli.compose_cache import ComposeCache
+from raco_cli.cli.job_config import plain_job
+from raco_cli.cli.overrides import config_dirs, job_overrides, without_flag_values
 from raco_cli.cli.paths import CONF_DIR, GROUPS, group_options
 from raco_cli.cli.plugins import register_resolvers
 from raco_cli.errors import ConfigError, unknown_name
 from raco_cli.run.spec import build_run_spec
-
-HYDRA_PREFIXES = ("hydra.", "hydra/", "+hydra", "~hydra", "++hydra")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -32,86 +32,6 @@ def _first_line(exc: BaseException) -> str:
             return (f"{lines[0]} {root[0].replace('is not in struct', 'is not in the config')}; check the key name (raco train --cfg job "
                     "prints the config), or add a new key with a leading + (e.g. +dataset.bounds.age=[18,100])")
     return f"{lines[0]} ({lines[-1]})" if len(lines) > 1 else lines[0]
-
-
-def expand_shorthands(args: Sequence[str]) -> list[str]:
-    """Rewrite ``constraint=dp+fnr`` into ``constraint=combo constraint.parts=dp+fnr``.
-
-    Hydra picks a group option by file name, so a combination of families is the ``combo``
-    option with its ``parts`` listed; the shorthand is expanded before Hydra sees argv.  A
-    sweep over options of which one is a combination (``constraint=dp,dp+fnr``) becomes a
-    sweep over ``constraint.parts`` (a combination of one part is that family).  The
-    ``constraint.parts`` override goes first, so later ``constraint.families.*`` overrides
-    apply on top of it.
-
-    >>> expand_shorthands(["eps=1", "constraint=dp+fnr", "constraint.families.fnr.gamma=0.2"])
-    ['constraint.parts=dp+fnr', 'eps=1', 'constraint=combo', 'constraint.families.fnr.gamma=0.2']
-    >>> expand_shorthands(["constraint=eo"])
-    ['constraint=eo']
-    """
-    out: list[str] = []
-    parts: list[str] = []
-    for arg in args:
-        if arg.startswith("constraint=") and "+" in arg:
-            value = arg.split("=", 1)[1]
-            if any(ch in value for ch in "()[]{}"):
-                raise ConfigError(
-                    f"Cannot expand {arg}: write constraint=combo constraint.parts=<a+b> (a '+'-separated list of families)."
-                )
-            out.append("constraint=combo")
-            parts.append(f"constraint.parts={value}")
-        else:
-            out.append(arg)
-    return parts + out
-
-
-def _is_hydra_override(arg: str) -> bool:
-    return arg.startswith(HYDRA_PREFIXES)
-
-
-def _without_flag_values(args: Sequence[str]) -> list[str]:
-    """Drop the values of flags that take one (``--config-dir <dir>``, ``-cd <dir>``, ``--config-name <n>``)."""
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp"):
-            skip = True
-            continue
-        out.append(arg)
-    return out
-
-
-def job_overrides(args: Sequence[str]) -> list[str]:
-    """The overrides that shape the job config (no flags, no hydra.* settings)."""
-    return [a for a in args if not a.startswith("-") and not _is_hydra_override(a)]
-
-
-def config_dirs(args: Sequence[str]) -> tuple[Path, ...]:
-    """Extra config directories given with Hydra's ``--config-dir``/``-cd`` flag.
-
-    A user keeps their own options there, e.g. ``<dir>/constraint/mine.yaml`` with
-    ``name: custom`` for ``raco train --config-dir <dir> constraint=mine``.
-
-    >>> config_dirs(["--config-dir", "/usr", "-cd=/tmp", "eps=1"])
-    (PosixPath('/usr'), PosixPath('/tmp'))
-    """
-    out: list[Path] = []
-    it = iter(args)
-    for arg in it:
-        for flag in ("--config-dir", "-cd"):
-            if arg == flag:
-                value = next(it, None)
-                if value is None:
-                    raise ConfigError(f"{flag} needs a directory (raco train --config-dir <dir> group=option).")
-                out.append(Path(value))
-            elif arg.startswith(flag + "="):
-                out.append(Path(arg.split("=", 1)[1]))
-    for d in out:
-        if not d.is_dir():
-            raise ConfigError(f"--config-dir {d} is not a directory; it should hold <group>/<option>.yaml files.")
-    return tuple(d.resolve() for d in out)
 
 
 def _variants(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
@@ -229,7 +149,7 @@ def prevalidate(args: Sequence[str]) -> None:
 
     register_resolvers()
     extra = config_dirs(args)
-    overrides = job_overrides(_without_flag_values(args))
+    overrides = job_overrides(without_flag_values(args))
     variants = _variants(overrides, extra)
     if extra:  # compose as Hydra will: the extra directories join the search path
         searchpath = ",".join(f"file://{d}" for d in extra)
@@ -242,7 +162,7 @@ def prevalidate(args: Sequence[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - hydra/omegaconf composition errors
             raise ConfigError(f"{context}Invalid override in {variant}: {_first_line(exc)}") from None
         try:
-            build_run_spec(cfg)
+            build_run_spec(plain_job(cfg))
         except ConfigError as exc:
             raise ConfigError(f"{context}{exc}") from None
         except Exception as exc:  # noqa: BLE001 - interpolation errors while resolving
@@ -291,7 +211,7 @@ def compose_job(args: Sequence[str]):  # noqa: ANN201 - a DictConfig (hydra is i
 
     register_resolvers()
     extra = config_dirs(args)
-    overrides = job_overrides(_without_flag_values(args))
+    overrides = job_overrides(without_flag_values(args))
     if extra:
         overrides = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]", *overrides]
     GlobalHydra.instance().clear()

@@ -141,7 +141,7 @@ def _check_shape(df: pd.DataFrame, path: str) -> None:
 
 
 def load(
-    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, preprocessing: str = "empirical", bounds: Mapping[str, object] | None = None
+    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, split: str = "stratified", preprocessing: str = "empirical", bounds: Mapping[str, object] | None = None
 ) -> TabularData:
     """Load Adult as :class:`TabularData` (label 1 = income >50K, group 0 = Male, 1 = Female)."""
     df, source = read_raw(data_dir=data_dir, mirror=mirror, allow_download=allow_download)
@@ -156,6 +156,7 @@ def load(
         class_names=("<=50K", ">50K"),
         group_names=GROUPS,
         split_seed=split_seed,
+        split=split,
         preprocessing=preprocessing,
         bounds=bounds,
         source=source,

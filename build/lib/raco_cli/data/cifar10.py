@@ -75,7 +75,7 @@ def parse_batch(content: bytes, *, path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load(*, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, st: bool = False,
-         verify_checksums: bool = True) -> TabularData:
+         verify_checksums: bool = True, split: str = "stratified") -> TabularData:
     """Load CIFAR-10 (or CIFAR10-ST).
 
     Raises:
@@ -96,8 +96,11 @@ def load(*, data_dir: Path, mirror: str | None = None, allow_download: bool = Tr
     n_train = sum(len(p[1]) for p in parts[:5])
     train_rows, test_rows = np.arange(n_train), np.arange(n_train, len(y))
     if st:
+        if split == "record":
+            images.refuse_record_split_of_st("cifar10")
         train_rows = images.last_per_class(y, train_rows, range(5), ST_KEEP)
-    splits = images.pool_split(y, y, train_rows, test_rows, seed=split_seed)
+    splits = (images.record_pool_split(images.pixel_hashes(pixels, y, seed=split_seed), train_rows, test_rows) if split == "record"
+              else images.pool_split(y, y, train_rows, test_rows, seed=split_seed))
     pixels, y, group, splits = images.compact(pixels, y, y.copy(), splits)
     return TabularData(
         name="cifar10", X=images.PixelStore(pixels), y=y, group=group, feature_names=("image[3x32x32]",), class_names=CLASSES,

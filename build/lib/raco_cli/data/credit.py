@@ -175,7 +175,7 @@ def read_raw(*, data_dir: Path, mirror: str | None, allow_download: bool) -> tup
 
 
 def load(
-    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, preprocessing: str = "empirical", bounds: Mapping[str, object] | None = None
+    *, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, split: str = "stratified", preprocessing: str = "empirical", bounds: Mapping[str, object] | None = None
 ) -> TabularData:
     """Load Credit as :class:`TabularData` (label 1 = default, group 0 = Male, 1 = Female)."""
     df, source = read_raw(data_dir=data_dir, mirror=mirror, allow_download=allow_download)
@@ -193,6 +193,7 @@ def load(
         class_names=("no default", "default"),
         group_names=GROUPS,
         split_seed=split_seed,
+        split=split,
         preprocessing=preprocessing,
         bounds=bounds,
         source=source,

@@ -4,22 +4,27 @@ The YAML it prints extends ``conf/dataset/table.yaml`` (``defaults: [table, _sel
 it is kept as ``<dir>/dataset/<name>.yaml`` and used with ``raco train --config-dir <dir>
 dataset=<name>``; it trains as written under the default ``privacy.scope=model``:
 
-* every bound, level list and the missing-value indicators are ``private`` (estimated by each
-  run from its training split, inside its epsilon: :mod:`raco_cli.privacy.estimates`); what
-  the file holds is shown in a comment, in the ``source: data`` form
-  (:mod:`raco_cli.data.provenance`) for a user who wants to copy it and declare it public.
-  ``--values data`` writes those values instead (marked ``source: data``: for
-  ``privacy.scope=paper``, which takes them; ``scope=model`` refuses them);
-* column types follow the file's format: numbers -> ``numeric``, two values -> ``binary``,
-  text -> ``categorical``; ``drop`` for an empty column, a column holding one value, an
-  identifier (every value distinct: text, or whole numbers such as a numeric id), text with
-  more than :data:`MAX_LEVELS` values (names, dates, free text), and a second copy of a
-  duplicated header with the same cells;
+* every feature column's type is ``private``: each run decides it (numeric, categorical,
+  binary or drop) with the column's bounds or level list from noisy counts of its training
+  split, inside its epsilon (:mod:`raco_cli.privacy.estimates`); so are the level lists of the
+  label and the sensitive columns and the missing-value indicators.  A type read from the file
+  exactly would hang on single records (one odd value turns ``drop`` into ``binary``, one
+  duplicate turns an identifier into a feature) and reach every record of the run
+  (docs/privacy.md "The schema").  What the file holds is shown in a comment, in the
+  ``source: data`` form (:mod:`raco_cli.data.provenance`) for a user who wants to copy it and
+  declare it public.  ``--values data`` writes those values instead (marked ``source: data``:
+  for ``privacy.scope=paper``, which takes them; ``scope=model`` refuses them);
+* the file's types (in the comments, or ``--values data``): numbers -> ``numeric``, two
+  values -> ``binary``, text -> ``categorical``; ``drop`` for an empty column, a column holding
+  one value, an identifier (every value distinct: text, or whole numbers such as a numeric
+  id), text with more than :data:`MAX_LEVELS` values (names, dates, free text), and a second
+  copy of a duplicated header with the same cells.  A second copy of a duplicated header is
+  ``drop`` in the private config too: that is read from the header (public schema);
 * comments flag what to review: a likely label leak (:func:`leak_accuracy`), a numeric
   column with a few non-numeric tokens (``--na-value`` suggested), a duplicated header;
 * the delimiter is read from the header (``delimiter:`` written when it is not a comma).
 
-Column types are the file's format, treated like its header (public schema, docs/privacy.md).
+Only the header (column names, the delimiter) is treated as public schema (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -35,24 +40,25 @@ import yaml
 
 from raco_cli.data.schema import numbers, tokens
 from raco_cli.data.table import (
+    MAX_LEVELS,
     duplicate_headers,
+    file_type,
     header_line,
     read_table,
     sniff_delimiter,
     sorted_levels,
-    storage_type,
 )
 from raco_cli.errors import ConfigError
 
-MAX_LEVELS = 50  # more distinct text values than this: `drop` (an identifier, names, dates, free text)
 LEAK_ACCURACY = 0.95  # a column alone predicting the label at least this well on held-out rows...
 LEAK_ERROR_SHARE = 0.25  # ...with at most this share of the majority class's errors is flagged
 NA_SHARE = 0.9  # a text column whose cells are numbers but for at most NA_TOKENS tokens (>= this share of cells)
 NA_TOKENS = 3
 VALUES = ("private", "data")
-NOTE = ("raco data describe: bounds, level lists and missing-value indicators are written as `private` (each run estimates "
-        "them inside its eps); the file's own values are in the comments and are NOT private (docs/privacy.md).")
-NOTE_DATA = ("raco data describe --values data: the bounds, level lists and missing-value indicators below are the file's own, "
+NOTE = ("raco data describe: column types, bounds, level lists and missing-value indicators are written as `private` (each run "
+        "estimates them inside its eps); the file's own values are in the comments and are NOT private (docs/privacy.md).")
+NOTE_DATA = ("raco data describe --values data: the column types, bounds, level lists and missing-value indicators below are the "
+             "file's own, "
              "marked source: data; they are NOT private: privacy.scope=model refuses them, train with privacy.scope=paper.")
 
 
@@ -91,6 +97,7 @@ class Column:
     bounds: tuple[float, float] | None = None
     missing: int = 0
     review: list[str] = field(default_factory=list)
+    header_copy: bool = False  # a second copy of a duplicated header name (public: read from the header)
 
 
 def leak_accuracy(values: np.ndarray, y: np.ndarray, *, numeric: bool, seed: int = 0) -> tuple[float, float]:
@@ -143,7 +150,6 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
     present = [t for t in text if t is not None]
     n_missing = n - len(present)
     distinct = sorted_levels(text)
-    kind = storage_type(df[col], na_values)
     note = f"{n_missing} missing of {n}"
     review: list[str] = []
     if col in duplicates:
@@ -151,16 +157,10 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
         review.append(f"the header names {original!r} {len(positions)} times (positions {', '.join(map(str, positions))}); "
                       f"this is copy {nth}, read as {col!r}")
         if tokens(df[original], na_values).tolist() == text.tolist():
-            return Column(col, "drop", f"identical to {original!r}", missing=n_missing, review=review)
-    if not present:
-        return Column(col, "drop", f"empty: no value in {n} rows", missing=n_missing, review=review)
-    if len(distinct) == 1:
-        return Column(col, "drop", f"one value only in {n} rows", missing=n_missing, review=review)
-    if len(distinct) == len(present) and len(present) >= 20:
-        values = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")
-        if kind != "numeric" or (values.notna().all() and np.all(np.mod(values.to_numpy(dtype=np.float64), 1) == 0)):
-            return Column(col, "drop", f"identifier-like: {len(distinct)} distinct values in {len(present)} rows", missing=n_missing,
-                          review=review)
+            return Column(col, "drop", f"identical to {original!r}", missing=n_missing, review=review, header_copy=True)
+    kind, why, rule = file_type(df[col], na_values)
+    if rule in ("empty", "one", "identifier"):
+        return Column(col, "drop", why, missing=n_missing, review=review)
     if kind == "numeric":
         values = numbers(df[col], column=col, where="the file", na_values=na_values)
         found = values[~np.isnan(values)]
@@ -177,9 +177,8 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
             shown = ", ".join(f"{t!r} ({c} cells)" for t, c in others.most_common())
             flags = " ".join(f"--na-value {_quote(t)}" for t in others)
             review.append(f"numbers but for {shown}: if they mark missing values, describe again with {flags}")
-        if len(distinct) > MAX_LEVELS:
-            return Column(col, "drop", f"{len(distinct)} distinct values in {n} rows (names, dates or free text?)", missing=n_missing,
-                          review=review)
+        if rule == "many":
+            return Column(col, "drop", why, missing=n_missing, review=review)
         column = Column(col, "binary" if len(distinct) == 2 else "categorical", f"{len(distinct)} levels, {note}",
                         levels=distinct, missing=n_missing, review=review)
         leak_values = text
@@ -190,6 +189,8 @@ def _column(df: pd.DataFrame, col: str, na_values: Sequence[str], y: np.ndarray 
             if acc >= LEAK_ACCURACY and (1 - acc) <= LEAK_ERROR_SHARE * (1 - majority):
                 review.append(f"predicts {label} alone: accuracy {acc:.3f} on held-out rows (the most frequent class: {majority:.3f}); "
                               "a label leak? drop it if it is known only with or after the label")
+    if col in duplicates:
+        column.header_copy = True
     return column
 
 
@@ -234,11 +235,12 @@ def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequ
     ]
     if private:
         lines += [
-            "# Privacy: every bound, level list and the missing-value indicators are `private`: each run estimates them from its",
-            "# training split inside its eps (one accounted release, docs/privacy.md). The comments show what the file holds;",
-            "# those values are NOT private. Where you know a public value (a legal range, a code book), write it instead, e.g.",
-            "# `age: [0, 120]`; a value copied from a comment keeps `source: data`, which privacy.scope=model refuses until you",
-            "# change it to `source: public` (say so only for values you know without the data).",
+            "# Privacy: every column type, level list and the missing-value indicators are `private`: each run decides a",
+            "# column's type (numeric, categorical, binary or drop) with its bounds or levels from noisy counts of its training",
+            "# split, inside its eps (one accounted release, docs/privacy.md). The comments show what the file holds; those",
+            "# values are NOT private. Where you know a public value (a type, a legal range, a code book), write it instead, e.g.",
+            "# `age: numeric` under types and `age: [0, 120]` under bounds; a value copied from a comment keeps `source: data`,",
+            "# which privacy.scope=model refuses until you change it to `source: public` (only for values known without the data).",
         ]
     else:
         lines += [
@@ -257,7 +259,15 @@ def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequ
     lines.append("  types:")
     review: list[str] = []
     for c in found:
-        lines.append(f"    {_flow(c.name)}: {c.type}   # {c.note}")
+        file_form = f"{{type: {c.type}, source: data}}"
+        if c.header_copy and (private or c.type == "drop"):  # the header's decision: public schema
+            lines.append(f"    {_flow(c.name)}: drop   # a copy of a duplicated header name; in the file: {c.note}")
+        elif private:
+            extra = (f", range {_flow(list(c.bounds))}" if c.bounds is not None else
+                     f", levels {_list(c.levels)}" if c.levels and len(c.levels) <= 12 else "")
+            lines.append(f"    {_flow(c.name)}: private   # in the file: {file_form}: {c.note}{extra}")
+        else:
+            lines.append(f"    {_flow(c.name)}: {file_form}   # {c.note}")
         for item in c.review:
             lines.append(f"    #   REVIEW {c.name}: {item}")
             review.append(f"review {c.name}: {item}")
@@ -269,7 +279,7 @@ def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequ
         if col != label and len(lv) > MAX_LEVELS:
             review.append(f"review {col}: a sensitive column with {len(lv)} values: every group needs enough training rows")
         lines.append(level_line(col, lv))
-    for c in features:
+    for c in features if not private else ():  # private: estimated with the column's type
         if c.type in ("binary", "categorical"):
             lines.append(level_line(c.name, c.levels))
     with_missing = [c.name for c in features if c.missing]
@@ -277,7 +287,7 @@ def describe(path: str, *, label: str, sensitive: Sequence[str], na_values: Sequ
     lines.append(f"  missing_indicator: private   # in the file: {indicators}" if private else f"  missing_indicator: {indicators}")
     if na_values:
         lines.append(f"  na_values: {_list(list(na_values))}")
-    numeric = [c for c in features if c.type == "numeric" and c.bounds is not None]
+    numeric = [c for c in features if c.type == "numeric" and c.bounds is not None] if not private else []
     lines.append("bounds:" if numeric else "bounds: {}")
     for c in numeric:
         assert c.bounds is not None

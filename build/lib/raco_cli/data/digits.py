@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from raco_cli.data import images
-from raco_cli.data.tabular import stratified_split
+from raco_cli.data.tabular import split_rows, stratified_split
 from raco_cli.data.types import TabularData
 
 
-def load(*, st: bool = False, imratio: float = 0.1, split_seed: int = 0) -> TabularData:
+def load(*, st: bool = False, imratio: float = 0.1, split_seed: int = 0, split: str = "stratified") -> TabularData:
     """Load digits (or digits-ST).
 
     Raises:
@@ -31,8 +31,11 @@ def load(*, st: bool = False, imratio: float = 0.1, split_seed: int = 0) -> Tabu
     pixels = np.asarray(raw.images, dtype=np.uint8)[:, None, :, :]  # values 0..16
     digit = np.asarray(raw.target, dtype=np.int64)
     rng = np.random.default_rng(split_seed)
+    if split == "record" and st:
+        images.refuse_record_split_of_st("digits")
     if not st:
-        splits = stratified_split(digit, digit, seed=split_seed)
+        splits = split_rows(digit, digit, seed=split_seed, how=split, hashes=images.pixel_hashes(pixels, digit, seed=split_seed)
+                            if split == "record" else None)
         y, class_names = digit, tuple(str(d) for d in range(10))
     else:
         y = (digit >= 5).astype(np.int64)

@@ -25,9 +25,9 @@ CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 
 
 def load(*, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, st: bool = False,
-         imratio: float = 0.1, verify_checksums: bool = True) -> TabularData:
+         imratio: float = 0.1, verify_checksums: bool = True, split: str = "stratified") -> TabularData:
     """Load Fashion-MNIST (or its -ST construction)."""
     imratio = images.check_st_options(st, imratio, dataset="fashion_mnist", verify_checksums=verify_checksums)
     arrays = mnist.read("fashion_mnist", FILES, data_dir=data_dir, mirror=mirror, allow_download=allow_download,
                         verify_checksums=verify_checksums)
-    return mnist.build("fashion_mnist", *arrays[:4], class_names=CLASSES, st=st, imratio=imratio, split_seed=split_seed, source=arrays[4])
+    return mnist.build("fashion_mnist", *arrays[:4], class_names=CLASSES, st=st, imratio=imratio, split_seed=split_seed, source=arrays[4], split=split)

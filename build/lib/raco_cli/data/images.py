@@ -94,6 +94,34 @@ def pool_split(y: np.ndarray, group: np.ndarray, pool: np.ndarray, test: np.ndar
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 
+def record_pool_split(hashes: np.ndarray, pool: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+    """train / val of ``pool`` from each row's own hash (``dataset.split=record``: a row is
+    validation when ``h / 2^64 < VAL_FRACTION``, whatever the other rows) and the given test rows
+    (an official test set is a per-record partition already)."""
+    u = (np.asarray(hashes, dtype=np.uint64)[pool] >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return {"train": np.sort(pool[u >= VAL_FRACTION]), "val": np.sort(pool[u < VAL_FRACTION]), "test": np.sort(test)}
+
+
+def pixel_hashes(pixels: np.ndarray, labels: np.ndarray, *, seed: int) -> np.ndarray:
+    """A uint64 hash of every image's own pixels (uint8) and label, keyed by ``seed``: the
+    record of an image dataset (``dataset.split=record``)."""
+    from raco_cli.data.tabular import word_hashes
+
+    flat = np.asarray(pixels, dtype=np.uint8).reshape(len(pixels), -1)
+    padded = np.zeros((len(flat), -(-flat.shape[1] // 8) * 8 + 8), dtype=np.uint8)
+    padded[:, : flat.shape[1]] = flat
+    words = padded.view(np.uint64).copy()
+    words[:, -1] = np.asarray(labels, dtype=np.int64).astype(np.uint64)  # the label's own word
+    return word_hashes(words, seed=seed)
+
+
+def refuse_record_split_of_st(dataset: str) -> None:
+    """The -ST constructions subsample a class by the counts of the whole file: no record split."""
+    raise ConfigError(f"dataset.split=record cannot split {dataset} with dataset.options.st=true: the -ST construction subsamples "
+                      "a class by the counts of the whole file (the DP-DRO paper's benchmark), so one image moves others; use "
+                      "privacy.scope=paper (dataset.split=auto: stratified) or st=false.")
+
+
 def compact(pixels: np.ndarray, y: np.ndarray, group: np.ndarray, splits: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Keep only the rows of the splits (the -ST constructions drop rows), renumbered."""
     rows = np.sort(np.concatenate(list(splits.values())))

@@ -88,12 +88,14 @@ def read(dataset: str, files: Sequence[sources.RemoteFile], *, data_dir: Path, m
 
 
 def build(dataset: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, *, class_names: Sequence[str],
-          st: bool, imratio: float, split_seed: int, source: str) -> TabularData:
+          st: bool, imratio: float, split_seed: int, source: str, split: str = "stratified") -> TabularData:
     """Splits (official test; 15 % validation) and the optional -ST construction."""
     pixels = np.concatenate([x_train, x_test])[:, None, :, :]
     original = np.concatenate([y_train, y_test])
     train_rows, test_rows = np.arange(len(y_train)), np.arange(len(y_train), len(original))
     rng = np.random.default_rng(split_seed)
+    if split == "record" and st:
+        images.refuse_record_split_of_st(dataset)
     if st:
         y = (original >= 5).astype(np.int64)
         pool = images.subsample_positives(y, train_rows, imratio, rng)
@@ -101,7 +103,8 @@ def build(dataset: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.nda
         labels: Sequence[str] = images.ST_CLASS_NAMES
     else:
         y = original
-        splits = images.pool_split(y, original, train_rows, test_rows, seed=split_seed)
+        splits = (images.record_pool_split(images.pixel_hashes(pixels, original, seed=split_seed), train_rows, test_rows) if split == "record"
+                  else images.pool_split(y, original, train_rows, test_rows, seed=split_seed))
         labels = class_names
     pixels, y, original, splits = images.compact(pixels, y, original, splits)
     return TabularData(
@@ -112,7 +115,7 @@ def build(dataset: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.nda
 
 
 def load(*, data_dir: Path, mirror: str | None = None, allow_download: bool = True, split_seed: int = 0, st: bool = False,
-         imratio: float = 0.1, verify_checksums: bool = True) -> TabularData:
+         imratio: float = 0.1, verify_checksums: bool = True, split: str = "stratified") -> TabularData:
     """Load MNIST (or MNIST-ST); ``verify_checksums=false`` skips the archive MD5s (re-packaged copies).
 
     Raises:
@@ -121,4 +124,4 @@ def load(*, data_dir: Path, mirror: str | None = None, allow_download: bool = Tr
     imratio = images.check_st_options(st, imratio, dataset="mnist", verify_checksums=verify_checksums)
     arrays = read("mnist", FILES, data_dir=data_dir, mirror=mirror, allow_download=allow_download, verify_checksums=verify_checksums)
     return build("mnist", *arrays[:4], class_names=tuple(str(d) for d in range(10)), st=st, imratio=imratio, split_seed=split_seed,
-                 source=arrays[4])
+                 source=arrays[4], split=split)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from raco_cli.data import sources
-from raco_cli.data.tabular import ColumnSpec, build_tabular, require_columns, stratified_split
+from raco_cli.data.tabular import ColumnSpec, build_tabular, require_columns, split_rows
 from raco_cli.data.types import TabularData
 from raco_cli.errors import DataIntegrityError
 
@@ -93,6 +93,7 @@ def load(
     mirror: str | None = None,
     allow_download: bool = True,
     split_seed: int = 0,
+    split: str = "stratified",
     include_motor_updrs: bool = True,
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
@@ -115,10 +116,10 @@ def load(
         # the same value stratifies the split and defines the label
         threshold, how = PUBLIC_THRESHOLD, "public task threshold"
         y = (total > threshold).astype(np.int64)
-        splits = stratified_split(y, group, seed=split_seed)
+        splits = split_rows(y, group, seed=split_seed, how=split, frame=df)
     else:
         provisional = (total > np.median(total)).astype(np.int64)  # stratification only
-        splits = stratified_split(provisional, group, seed=split_seed)
+        splits = split_rows(provisional, group, seed=split_seed, how=split, frame=df)
         threshold, how = float(np.median(total[splits["train"]])), "training median"
         y = (total > threshold).astype(np.int64)
         log.info("parkinsons: label total_UPDRS > %.4f (median of the training part)", threshold)

@@ -23,6 +23,12 @@ form                                    meaning
 ``{columns: [...], source: public}``    public, said explicitly
 ``{columns: [...], source: data}``      read from the data
 ``private`` / ``{source: private}``     decided privately (a DP count of missing cells)
+``dataset.options.types.<col>``:
+``numeric`` / ``binary`` / ...          public (a declaration: taken as is)
+``{type: t, source: public}``           public, said explicitly
+``{type: t, source: data}``             read from the data (``raco data describe --values data``)
+``private``                             decided privately from noisy counts of the training
+                                        split, with the column's bounds or levels (one release)
 ======================================  ====================================================
 
 ``privacy.scope=model`` refuses a configuration holding a ``source: data`` value
@@ -42,6 +48,7 @@ from raco_cli.errors import ConfigError
 PUBLIC, DATA, PRIVATE = "public", "data", "private"
 SOURCES = (PUBLIC, DATA, PRIVATE)
 _VALUE_KEY = {"bounds": "range", "levels": "values", "indicators": "columns"}
+TYPE_NAMES = ("numeric", "categorical", "binary", "drop")
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,32 @@ def indicators(raw: object, key: str = "dataset.options.missing_indicator") -> E
     return Entry([], PUBLIC) if raw is None else _entry(raw, key, "indicators")
 
 
+def column_type(raw: object, key: str) -> Entry:
+    """A ``dataset.options.types`` entry: a type name (public), ``private`` (decided inside
+    eps, :mod:`raco_cli.privacy.estimates`) or ``{type: t, source: public|data}``.
+
+    >>> column_type("binary", "k"), column_type("private", "k").private, column_type({"type": "drop", "source": "data"}, "k").source
+    (Entry(value='binary', source='public', transform='none'), True, 'data')
+    """
+    allowed = f"one of {', '.join(TYPE_NAMES)}, private or {{type: <one of them>, source: public}}"
+    if raw == PRIVATE or (isinstance(raw, Mapping) and raw.get("source") == PRIVATE and set(map(str, raw)) == {"source"}):
+        return Entry(None, PRIVATE)
+    if isinstance(raw, str) and raw in TYPE_NAMES:
+        return Entry(raw, PUBLIC)
+    if isinstance(raw, Mapping):
+        unknown = sorted(set(map(str, raw)) - {"type", "source"})
+        if unknown:
+            raise ConfigError(f"Unknown key {key}.{unknown[0]}. Allowed: source, type.")
+        source, value = raw.get("source"), raw.get("type")
+        if source not in (PUBLIC, DATA):
+            raise ConfigError(f"{key}.source must be public or data (got {key}.source={source!r}); a private type is written "
+                              f"{key}=private.")
+        if value not in TYPE_NAMES:
+            raise ConfigError(f"{key}.type must be one of {', '.join(TYPE_NAMES)} (got {key}.type={value!r}).")
+        return Entry(str(value), str(source))
+    raise ConfigError(f"{key} must be {allowed} (got {raw!r}).")
+
+
 def plain_bounds(raw: Mapping[str, object] | None, *, dataset: str) -> dict[str, object]:
     """``dataset.bounds`` with every public or data-derived entry as its plain list.
 
@@ -134,8 +167,8 @@ def data_derived(dataset: Mapping[str, Any]) -> list[str]:
 
     >>> data_derived({"bounds": {"age": [18, 90], "income": {"range": [0, 9], "source": "data"}},
     ...               "options": {"levels": {"city": {"values": ["a"], "source": "data"}, "sex": ["F", "M"]},
-    ...                           "missing_indicator": "private"}})
-    ['dataset.bounds.income', 'dataset.options.levels.city']
+    ...                           "missing_indicator": "private", "types": {"flag": {"type": "binary", "source": "data"}}}})
+    ['dataset.bounds.income', 'dataset.options.levels.city', 'dataset.options.types.flag']
     """
     keys: list[str] = []
     for col, raw in (dataset.get("bounds") or {}).items():
@@ -149,6 +182,10 @@ def data_derived(dataset: Mapping[str, Any]) -> list[str]:
     ind = options.get("missing_indicator") if isinstance(options, Mapping) else None
     if isinstance(ind, Mapping) and ind.get("source") == DATA:
         keys.append("dataset.options.missing_indicator")
+    types_cfg = options.get("types") if isinstance(options, Mapping) else None
+    for col, raw in (types_cfg or {}).items() if isinstance(types_cfg, Mapping) else ():
+        if isinstance(raw, Mapping) and raw.get("source") == DATA:
+            keys.append(f"dataset.options.types.{col}")
     return keys
 
 
@@ -169,6 +206,8 @@ class Estimates:
         bounds: numeric column -> (lo, hi).
         levels: column -> the released levels (sorted).
         indicators: the columns that get a ``<col>=missing`` feature (private ``missing_indicator``).
+        types: column -> the type decided from the noisy counts (private ``types``): numeric,
+            categorical, binary or drop.
         noise_multiplier: sigma of the Gaussian release (std / L2 sensitivity).
         columns: M, the columns the release touches (L2 sensitivity sqrt(M)).
         std: the noise std of every count, sigma sqrt(M).
@@ -179,6 +218,7 @@ class Estimates:
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     indicators: tuple[str, ...] = ()
+    types: Mapping[str, str] = field(default_factory=dict)
     noise_multiplier: float = 0.0
     columns: int = 0
     std: float = 0.0
@@ -188,5 +228,6 @@ class Estimates:
     def to_dict(self) -> dict[str, Any]:
         return {"bounds": {k: [float(lo), float(hi)] for k, (lo, hi) in self.bounds.items()},
                 "levels": {k: list(v) for k, v in self.levels.items()}, "missing_indicator": list(self.indicators),
+                **({"types": dict(self.types)} if self.types else {}),
                 "noise_multiplier": self.noise_multiplier, "columns": self.columns, "std": self.std,
                 "threshold": self.threshold, "reserved_delta": self.reserved_delta}

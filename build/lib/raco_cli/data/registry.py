@@ -156,11 +156,14 @@ def load(
     options: Mapping[str, Any] | None = None,
     preprocessing: str = "empirical",
     bounds: Mapping[str, Any] | None = None,
+    split: str = "stratified",
 ) -> TabularData:
     """Load a dataset by name with the shared split protocol.
 
     ``preprocessing``/``bounds``: ``dataset.preprocessing`` (public | empirical) and
     ``dataset.bounds``, for loaders that scale numeric features (ignored by the others).
+    ``split``: ``dataset.split`` (:data:`raco_cli.data.tabular.SPLITS`); a loader without the
+    choice has a per-record split of its own (an official partition, generated rows).
     """
     entry = get(name)
     kwargs = dict(options or {})
@@ -168,7 +171,7 @@ def load(
     params = inspect.signature(loader).parameters
     allowed = sorted(
         p for p in params
-        if p not in ("data_dir", "mirror", "allow_download", "split_seed", "preprocessing", "bounds")
+        if p not in ("data_dir", "mirror", "allow_download", "split_seed", "preprocessing", "bounds", "split")
     )
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
@@ -180,4 +183,6 @@ def load(
         kwargs.update(data_dir=Path(data_dir), mirror=mirror, allow_download=allow_download)
     if "preprocessing" in params:
         kwargs.update(preprocessing=preprocessing, bounds=dict(bounds or {}))
+    if "split" in params:
+        kwargs.update(split=split)
     return loader(split_seed=split_seed, **kwargs)

@@ -83,8 +83,10 @@ def member(text: np.ndarray, values: Iterable[str]) -> np.ndarray:
     return np.fromiter((t in allowed for t in text), dtype=bool, count=len(text))
 
 
-def numbers(series: pd.Series, *, column: str, where: str, na_values: Iterable[str] = (), fix: str = "") -> np.ndarray:
-    """A numeric column as float64, NaN where missing.
+def numbers(series: pd.Series, *, column: str, where: str, na_values: Iterable[str] = (), fix: str = "",
+            text_as_missing: bool = False) -> np.ndarray:
+    """A numeric column as float64, NaN where missing (``text_as_missing``: also where a cell
+    is not a finite number, instead of the error).
 
     Raises:
         DataIntegrityError: a cell that is neither missing nor a finite number (one line
@@ -99,6 +101,8 @@ def numbers(series: pd.Series, *, column: str, where: str, na_values: Iterable[s
         present = np.array([t is not None for t in text], dtype=bool)
         values = pd.to_numeric(pd.Series(text, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     bad = present & ~np.isfinite(values)
+    if text_as_missing:
+        return np.where(bad, np.nan, values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         shown = text[row] if text is not None else series.iloc[row]
@@ -112,13 +116,16 @@ def numbers(series: pd.Series, *, column: str, where: str, na_values: Iterable[s
 
 @dataclass(frozen=True)
 class NumericColumn:
-    """A numeric feature: public bounds (``bound``) or empirical ``mean``/``std``."""
+    """A numeric feature: public bounds (``bound``) or empirical ``mean``/``std``.
+    ``text_as_missing``: a cell that is no number is read as missing (a type decided privately,
+    :mod:`raco_cli.privacy.estimates`: how many such cells the file holds is not public)."""
 
     name: str
     bound: PublicBound | None = None
     mean: float = 0.0
     std: float = 1.0
     indicator: bool = False
+    text_as_missing: bool = False
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Encoded values, 0 where missing (module docstring)."""
@@ -131,7 +138,7 @@ class NumericColumn:
     def to_dict(self) -> dict[str, Any]:
         bound = None if self.bound is None else [self.bound.lo, self.bound.hi, self.bound.transform]
         return {"name": self.name, "type": "numeric", "bound": bound, "mean": self.mean, "std": self.std,
-                "indicator": self.indicator}
+                "indicator": self.indicator, **({"text_as_missing": True} if self.text_as_missing else {})}
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,8 @@ class TableEncoder:
         numeric_blocks, indicator_blocks, binary_blocks, categorical_blocks = [], [], [], []
         for col in self.columns:
             if isinstance(col, NumericColumn):
-                values = numbers(df[col.name], column=col.name, where=where, na_values=na_values, fix=fix)
+                values = numbers(df[col.name], column=col.name, where=where, na_values=na_values, fix=fix,
+                                 text_as_missing=col.text_as_missing)
                 missing = np.isnan(values)
                 clipped = ~missing & ((values < col.bound.lo) | (values > col.bound.hi)) if col.bound else np.zeros(n, bool)
                 numeric_blocks.append(col.encode(values)[:, None])
@@ -242,7 +250,8 @@ class TableEncoder:
             if c["type"] == "numeric":
                 b = c.get("bound")
                 bound = None if b is None else PublicBound(float(b[0]), float(b[1]), str(b[2]))
-                cols.append(NumericColumn(c["name"], bound, float(c["mean"]), float(c["std"]), bool(c["indicator"])))
+                cols.append(NumericColumn(c["name"], bound, float(c["mean"]), float(c["std"]), bool(c["indicator"]),
+                                          bool(c.get("text_as_missing", False))))
             elif c["type"] == "binary":
                 cols.append(BinaryColumn(c["name"], (str(c["levels"][0]), str(c["levels"][1])), bool(c["indicator"])))
             else:

@@ -23,7 +23,7 @@ def load(
     n_groups: int = 2,
     n_classes: int = 2,
     seed: int = 0,
-    split_seed: int = 0,
+    split_seed: int = 0, split: str = "stratified",
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
@@ -74,6 +74,7 @@ def load(
         class_names=tuple(f"class{k}" for k in range(n_classes)),
         group_names=tuple(f"group{g}" for g in range(n_groups)),
         split_seed=split_seed,
+        split=split,
         preprocessing=preprocessing,
         bounds=bounds,
         source=f"generated (seed={seed})",

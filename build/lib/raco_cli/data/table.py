@@ -14,7 +14,10 @@ A column's type is, in order: ``types[col]``; ``numeric`` when it has ``dataset.
 -> binary, text -> categorical).  Under ``privacy.scope=model`` (``dataset.preprocessing``
 public or dp) every numeric column needs public bounds and every other used column (label,
 sensitive, categorical, binary) a public level list: nothing about the encoding is read from
-the data, so the types follow from the configuration alone.  Under ``privacy.scope=paper``
+the data, so the types follow from the configuration alone.  ``types[col]: private`` (what
+``raco data describe`` writes) is decided per run with the column's bounds or level list from
+noisy counts of the training split (:mod:`raco_cli.privacy.estimates`, :func:`_filled`); under
+empirical preprocessing it is the file's own type (:func:`file_type`).  Under ``privacy.scope=paper``
 (``empirical``) missing level lists are taken from the data (label and groups: every row;
 features: the training part) and numeric columns are standardised with the training part's
 mean/std, as for the benchmark datasets.
@@ -32,7 +35,7 @@ Rules (counted, never silent; :func:`report_lines`):
 * a categorical value outside the level list sets ``<col>=other`` (``unknown: other``) or no
   column (``unknown: zero``); an unknown binary value is encoded 0.5.
 
-Then the shared split protocol (:func:`raco_cli.data.tabular.stratified_split`).
+Then the shared split protocol (:func:`raco_cli.data.tabular.split_rows`: by each row's own cells under ``dataset.split=record``).
 """
 
 from __future__ import annotations
@@ -62,13 +65,14 @@ from raco_cli.data.schema import (
     numbers,
     tokens,
 )
-from raco_cli.data.tabular import MIN_ROWS, PublicBound, parse_bounds, stratified_split
+from raco_cli.data.tabular import MIN_ROWS, PublicBound, parse_bounds, split_rows
 from raco_cli.data.types import SPLITS, TabularData
 from raco_cli.errors import ConfigError, DataIntegrityError, DataNotFoundError
 
 log = logging.getLogger(__name__)
 
-TYPES = ("numeric", "categorical", "binary", "drop")
+TYPES = provenance.TYPE_NAMES  # dataset.options.types.<col>: one of these, `private` or {type: t, source: public|data}
+PRIVATE_TYPE = "private"
 MISSING_RULES = ("impute", "drop")
 UNKNOWN_RULES = ("other", "zero")
 SCOPE_HINT = "`raco data describe FILE` prints a starting YAML; or train with privacy.scope=paper (empirical statistics)"
@@ -302,6 +306,35 @@ def storage_type(series: pd.Series, na_values: Sequence[str]) -> str:
     return "categorical"
 
 
+MAX_LEVELS = 50  # more distinct text values than this: `drop` (an identifier, names, dates, free text)
+
+
+def file_type(series: pd.Series, na_values: Sequence[str] = ()) -> tuple[str, str, str]:
+    """The file's own type of a column, read exactly (numeric, binary, categorical or drop), why,
+    and the rule that decided it (``empty``, ``one``, ``identifier``, ``many``: drops; ``numeric``;
+    ``levels``): ``raco data describe``'s rule, and what a ``private`` type is under
+    ``privacy.scope=paper`` (empirical).  Not for scope=model: one row can flip it (docs/privacy.md,
+    "The schema")."""
+    n = len(series)
+    text = tokens(series, na_values)
+    present = [t for t in text if t is not None]
+    distinct = sorted_levels(text)
+    kind = storage_type(series, na_values)
+    if not present:
+        return "drop", f"empty: no value in {n} rows", "empty"
+    if len(distinct) == 1:
+        return "drop", f"one value only in {n} rows", "one"
+    if len(distinct) == len(present) and len(present) >= 20:
+        values = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce")
+        if kind != "numeric" or (values.notna().all() and np.all(np.mod(values.to_numpy(dtype=np.float64), 1) == 0)):
+            return "drop", f"identifier-like: {len(distinct)} distinct values in {len(present)} rows", "identifier"
+    if kind == "numeric":
+        return "numeric", "", "numeric"
+    if len(distinct) > MAX_LEVELS:
+        return "drop", f"{len(distinct)} distinct values in {n} rows (names, dates or free text?)", "many"
+    return ("binary" if len(distinct) == 2 else "categorical"), f"{len(distinct)} levels", "levels"
+
+
 # --- the loader ---------------------------------------------------------------------------
 
 
@@ -316,6 +349,8 @@ class Pending:
         label: whether the label's classes are estimated.
         sensitive: sensitive columns whose level list is estimated.
         indicators: the candidate columns of a private ``missing_indicator`` (None: not private).
+        types: feature columns whose type (numeric, categorical, binary, drop) is decided by
+            the release, with their bounds or level list (``dataset.options.types.<col>: private``).
     """
 
     bounds: Mapping[str, str] = field(default_factory=dict)
@@ -323,10 +358,11 @@ class Pending:
     label: bool = False
     sensitive: tuple[str, ...] = ()
     indicators: tuple[str, ...] | None = None
+    types: tuple[str, ...] = ()
 
     @property
     def any(self) -> bool:
-        return bool(self.bounds or self.levels or self.label or self.sensitive or self.indicators is not None)
+        return bool(self.bounds or self.levels or self.label or self.sensitive or self.indicators is not None or self.types)
 
 
 @dataclass(frozen=True)
@@ -334,7 +370,8 @@ class PendingColumn:
     """The training-split cells of one column the private estimates read.
 
     ``kind``: ``bounds`` (``values`` float64, NaN = missing), ``levels`` (``values`` tokens,
-    None = missing) or ``missing`` (``values`` bool, True = missing: the column is only a
+    None = missing), ``type`` (``values`` tokens: a private type, decided with the bounds or
+    levels from the same cells) or ``missing`` (``values`` bool, True = missing: the column is only a
     candidate of a private ``missing_indicator``).  ``indicator``: its missing count decides
     a ``<col>=missing`` feature.
     """
@@ -377,6 +414,7 @@ def load(
     delimiter: str | None = None,
     name: str | None = None,
     split_seed: int = 0,
+    split: str = "stratified",
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
 ) -> TabularData:
@@ -417,7 +455,7 @@ def load(
                                  "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
     y, class_names_, group, group_names = _split_keys(draft, table, na)
-    splits = stratified_split(y, group, seed=split_seed)
+    splits = split_rows(y, group, seed=split_seed, how=split, frame=table)  # (record: each kept row by its own cells)
     data = TabularData(
         name="table", X=np.zeros((len(y), 0), dtype=np.float32), y=y, group=group, feature_names=(), class_names=class_names_,
         group_names=group_names, splits=splits, source=_where(path),
@@ -570,6 +608,16 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
     cols: list[Column] = []
     for c in schema.encoder.columns:
         ind = c.indicator or c.name in indicators
+        if c.name in pending.types:  # the type the release decided (raco_cli.privacy.estimates.decide_type)
+            kind, lv = est.types.get(c.name, "drop"), est.levels.get(c.name, ())
+            if kind == "numeric":
+                lo, hi = est.bounds[c.name]
+                cols.append(NumericColumn(c.name, bound=PublicBound(lo, hi), indicator=ind, text_as_missing=True))
+            elif kind == "binary" and len(lv) == 2:
+                cols.append(BinaryColumn(c.name, (lv[0], lv[1]), indicator=ind))
+            elif kind in ("binary", "categorical"):
+                cols.append(CategoricalColumn(c.name, lv, other=draft.other, indicator=ind))
+            continue  # drop
         if isinstance(c, NumericColumn):
             if c.name in pending.bounds:
                 lo, hi = est.bounds[c.name]
@@ -583,6 +631,10 @@ def _filled(draft: Draft, est: Estimates | None) -> TableSchema:
                 cols.append(CategoricalColumn(c.name, lv, other=draft.other, indicator=ind))
         else:
             cols.append(replace(c, indicator=ind))
+    if not cols:
+        raise ConfigError(f"every feature column was estimated `drop` (dataset.options.types: {', '.join(pending.types)} private): "
+                          "too few training rows hold a value each needs released (~"
+                          f"{est.threshold:.0f}); declare the types and their bounds or levels public.")
     return TableSchema(target, Groups(schema.groups.columns, tuple(lists), tuple(rest)), TableEncoder(tuple(cols)), schema.na_values)
 
 
@@ -611,6 +663,8 @@ def pending_values(data: TabularData, rows: np.ndarray) -> list[PendingColumn]:
         if col in pending.bounds:
             out.append(PendingColumn(col, "bounds", numbers(part[col], column=col, where=draft.where, na_values=na), ind,
                                      pending.bounds[col]))
+        elif col in pending.types:
+            out.append(PendingColumn(col, "type", tokens(part[col], na), ind))
         elif col in level_cols:
             out.append(PendingColumn(col, "levels", tokens(part[col], na), ind))
         elif ind:
@@ -666,15 +720,20 @@ def resolve(
     level_entries = {str(c): provenance.levels(v, f"dataset.options.levels.{c}") for c, v in dict(levels or {}).items()}
     bound_entries = {str(c): provenance.bound(v, f"dataset.bounds.{c}") for c, v in dict(bounds or {}).items()}
     ind_entry = provenance.indicators(missing_indicator)
-    types = dict(types or {})
+    type_entries = {str(c): provenance.column_type(v, f"dataset.options.types.{c}") for c, v in dict(types or {}).items()}
+    # a private type is decided with the column's bounds or levels from noisy counts (public preprocessing),
+    # read from the file's storage under empirical (the paper's protocol)
+    private_types = {c for c, e in type_entries.items() if e.private}
+    types = {c: e.value for c, e in type_entries.items() if not e.private}
+    if private_types and not public:  # the paper's protocol: the file's own types, as `raco data describe` reads them
+        types.update({c: file_type(df[c], na_values)[0] for c in private_types if c in columns})
+        private_types = set()
     # private values: pending under public preprocessing, read from the data under empirical (the paper's protocol)
     private_levels = {c for c, e in level_entries.items() if e.private}
     private_bounds = {c: e.transform for c, e in bound_entries.items() if e.private}
     plain_levels = {c: e.value for c, e in level_entries.items() if not e.private}
     raw_bounds = {c: e.value for c, e in bound_entries.items() if not e.private}
-    for col, t in types.items():
-        if t not in TYPES:
-            raise ConfigError(f"dataset.options.types.{col} must be one of {', '.join(TYPES)} (got {t!r}).")
+    for col in type_entries:
         if col == label or col in sens:
             raise ConfigError(f"dataset.options.types.{col}: {col} is the label or a sensitive column; types apply to features.")
     if missing not in MISSING_RULES:
@@ -716,8 +775,13 @@ def resolve(
     if both:
         raise ConfigError(f"dataset.bounds.{both[0]} and dataset.options.levels.{both[0]} are both set: a column is numeric "
                           f"(bounds) or categorical (levels); remove one, or declare dataset.options.types.{both[0]}.")
-    resolved_types = {c: types.get(c) or ("numeric" if c in bounded else "categorical" if c in levelled else
-                                          storage_type(df[c], na_values)) for c in feats}
+    for col in private_types & (bounded | levelled):
+        which = f"dataset.bounds.{col}" if col in bounded else f"dataset.options.levels.{col}"
+        raise ConfigError(f"dataset.options.types.{col} is private and {which} is set: a private type is estimated together "
+                          f"with the column's bounds or levels; remove {which}, or declare the type (e.g. "
+                          f"dataset.options.types.{col}={'numeric' if col in bounded else 'categorical'}).")
+    resolved_types = {c: PRIVATE_TYPE if public and c in private_types else types.get(c) or (
+        "numeric" if c in bounded else "categorical" if c in levelled else storage_type(df[c], na_values)) for c in feats}
     for col, t in resolved_types.items():
         if t == "numeric" and col in levelled:
             raise ConfigError(f"dataset.options.levels.{col} is set, but {col} is numeric; declare "
@@ -739,6 +803,9 @@ def resolve(
             cols.append(NumericColumn(col, bound=parsed.get(col), indicator=ind))
             continue
         lv = _levels_of(plain_levels[col], f"dataset.options.levels.{col}", df[col]) if col in plain_levels else ()
+        if t == PRIVATE_TYPE:  # a placeholder: numeric, categorical, binary or dropped by the release (_filled)
+            cols.append(CategoricalColumn(col, (), other=unknown == "other", indicator=ind))
+            continue
         if t == "binary":
             if lv and len(lv) != 2:
                 raise ConfigError(f"dataset.options.levels.{col} must list exactly 2 values for a binary column (got {list(lv)}).")
@@ -748,6 +815,7 @@ def resolve(
     pending = Pending(
         bounds={c: private_bounds[c] for c in feats if c in private_bounds} if public else {},
         levels=tuple(c for c in feats if c in private_levels and resolved_types[c] != "numeric") if public else (),
+        types=tuple(c for c in feats if resolved_types[c] == PRIVATE_TYPE),
         label=label_pending, sensitive=sens_pending,
         indicators=feats if ind_entry.private and public else None,
     )

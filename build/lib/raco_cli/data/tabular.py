@@ -114,6 +114,104 @@ def parse_bounds(raw: Mapping[str, object] | None, *, dataset: str) -> dict[str,
     return out
 
 
+#: ``dataset.split``: ``record`` (each row's split a keyed hash of its own content: adding or
+#: removing a row moves no other row) or ``stratified`` (a seeded shuffle of the whole file,
+#: stratified by label x group: the paper's protocol)
+SPLITS = ("record", "stratified")
+_GOLDEN, _NUMBER, _TEXT, _MISSING = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xA0761D6478BD642F), np.uint64(0xE7037ED1A0B428DB),
+                                     np.uint64(0x8EBC6AF09C88C6E3))
+
+
+def split_rows(y: np.ndarray, group: np.ndarray, *, seed: int, how: str, frame: pd.DataFrame | None = None,
+               hashes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The train / val / test split of ``dataset.split`` (:data:`SPLITS`): ``record``, each
+    row's from :func:`row_hashes` of ``frame`` (or the given ``hashes``: a loader whose records
+    are not table rows, e.g. images); ``stratified``, :func:`stratified_split`."""
+    if how == "stratified":
+        return stratified_split(y, group, seed=seed)
+    if how != "record":
+        raise ValueError(f"unknown split {how!r}")
+    if hashes is None:
+        if frame is None:
+            raise ValueError("a record split needs the rows (frame) or their hashes")
+        hashes = row_hashes(frame, seed=seed)
+    return record_split(hashes)
+
+
+def record_split(hashes: np.ndarray, *, test_fraction: float = TEST_FRACTION, val_fraction: float = VAL_FRACTION) -> dict[str, np.ndarray]:
+    """Each row's split from its own hash (uint64, uniform): test when ``h / 2^64 <
+    test_fraction``, validation when below ``test_fraction + (1 - test_fraction) val_fraction``,
+    else train (the shared protocol's 25 % and 15 % of the rest, in expectation).  A row's split
+    is a function of that row and public configuration alone, so adding or removing a row moves
+    no other row (docs/privacy.md, "The split").  Identical rows share a split.
+
+    >>> s = record_split(np.repeat(np.array([0, 2**62, 2**63, 2**64 - 1], dtype=np.uint64), 5))  # (u = 0, 0.25, 0.5, ~1) x 5
+    >>> s["test"].tolist(), s["val"].tolist(), s["train"].tolist() == list(range(10, 20))
+    ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9], True)
+    """
+    n = len(hashes)
+    if n < MIN_ROWS:
+        raise DataIntegrityError(
+            f"The dataset has {n} usable rows; at least {MIN_ROWS} are needed for the split protocol "
+            "(25 % test, 15 % of the rest validation). Check the data files."
+        )
+    u = (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53  # in [0, 1)
+    test = u < test_fraction
+    val = ~test & (u < test_fraction + (1.0 - test_fraction) * val_fraction)
+    splits = {"train": np.flatnonzero(~test & ~val), "val": np.flatnonzero(val), "test": np.flatnonzero(test)}
+    empty = [name for name, rows in splits.items() if len(rows) == 0]
+    if empty:
+        raise DataIntegrityError(f"The per-record split of {n} rows left the {empty[0]} split empty; the table is too small for "
+                                 "dataset.split=record (use more rows).")
+    return splits
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def word_hashes(words: np.ndarray, *, seed: int) -> np.ndarray:
+    """A uint64 hash of every row of ``words`` (n, m) uint64, keyed by ``seed``: the records of a
+    loader whose rows are raw bits (an image's pixels), mixed column by column as
+    :func:`row_hashes` mixes its cells."""
+    with np.errstate(over="ignore"):
+        h = np.full(len(words), _mix(np.asarray([np.uint64(seed) ^ _GOLDEN]))[0], dtype=np.uint64)
+        for j in range(words.shape[1]):
+            h = _mix(h ^ _mix(words[:, j] + np.uint64(j + 1) * _GOLDEN))
+    return h
+
+
+def row_hashes(frame: pd.DataFrame, *, seed: int) -> np.ndarray:
+    """A uint64 hash of every row's own cells, keyed by ``seed`` (``dataset.split_seed``).
+
+    Each cell counts by its value, not by how the file or pandas typed its column (a column
+    turns to text when another row holds a word, or to float when another row is missing):
+    a cell that reads as a number counts as that float64 (``39``, ``39.0`` and ``'39'`` alike;
+    ``-0.0`` as ``0.0``), any other text as its stripped string, an empty or missing cell as
+    missing.  The columns count in the file's order (its header is public)."""
+    with np.errstate(over="ignore"):
+        h = np.full(len(frame), _mix(np.asarray([np.uint64(seed) ^ _GOLDEN]))[0], dtype=np.uint64)
+        key = _mix(np.asarray([np.uint64(seed) + _TEXT]))[0]
+        hash_key = f"{int(key):016x}"[:16]  # pandas' siphash key: 16 characters
+        for j, name in enumerate(frame.columns):
+            col = frame[name]
+            number = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) + 0.0
+            part = np.full(len(frame), _MISSING, dtype=np.uint64)
+            is_number = np.isfinite(number) | np.isinf(number)
+            part[is_number] = _mix(number[is_number].view(np.uint64) ^ _NUMBER)
+            text = ~is_number & col.notna().to_numpy()
+            if text.any():
+                values = col[text].astype(str).str.strip()
+                blank = (values == "").to_numpy()
+                hashed = pd.util.hash_array(values.to_numpy(dtype=object), hash_key=hash_key, categorize=False)
+                part[np.flatnonzero(text)] = np.where(blank, _MISSING, hashed ^ _TEXT)
+            h = _mix(h ^ _mix(part + np.uint64(j + 1) * _GOLDEN))
+    return h
+
+
 def stratified_split(
     y: np.ndarray,
     group: np.ndarray,
@@ -246,19 +344,21 @@ def build_tabular(
     splits: Mapping[str, np.ndarray] | None = None,
     preprocessing: str = "empirical",
     bounds: Mapping[str, object] | None = None,
+    split: str = "stratified",
 ) -> TabularData:
     """Split, encode and wrap a cleaned table into :class:`TabularData`.
 
     ``preprocessing``/``bounds``: ``dataset.preprocessing`` and ``dataset.bounds`` (module
     docstring); the mode is recorded in ``meta["preprocessing"]``.
 
-    ``splits`` overrides the shared stratified split (a loader whose label depends on the
-    training part computes the split first, see ``parkinsons``).
+    ``splits`` overrides the shared split (a loader whose label depends on the training part
+    computes the split first, see ``parkinsons``); ``split``: ``dataset.split``
+    (:data:`SPLITS`), a record split hashing the rows of ``df``.
     """
     y = np.asarray(y, dtype=np.int64)
     group = np.asarray(group, dtype=np.int64)
     if splits is None:
-        splits = stratified_split(y, group, seed=split_seed)
+        splits = split_rows(y, group, seed=split_seed, how=split, frame=df)
     X, feature_names = encode_features(
         df.reset_index(drop=True), columns, splits["train"], preprocessing=preprocessing,
         bounds=parse_bounds(bounds, dataset=name), dataset=name,

@@ -38,8 +38,8 @@ same float32 row (:func:`raco_cli.privacy.preprocessing.standardize_columns`, bi
 both go through the same loop.  The other kernels have no fastmath.  What the instruction set
 changes (AVX2 against AVX-512: the vectorised reductions' order, numpy's SIMD exp and log) moves
 a seeded run's last bits from one machine to another, never a run against itself grouped.
-``tests/unit/methods/test_one_path.py`` checks it bit for bit, and under other instruction sets
-(``make test-widths``).
+``tests/unit/methods/test_batched.py`` checks it bit for bit, ``tests/e2e/test_instruction_sets.py``
+under other instruction sets (``make test-widths``).
 
 NaN and inf keep their IEEE meaning (no ``nnan`` / ``ninf``), so non-finite rows are found and
 dropped.  The softmax is torch's max-shifted form, so a non-finite logit gives NaN rates

@@ -169,7 +169,7 @@ def plan_ahead(requests: Sequence[PlanRequest]) -> int:
     import sys
     from concurrent.futures import ProcessPoolExecutor
 
-    from raco_cli.cli.paths import cpu_count
+    from raco_cli.cores import cpu_count
 
     todo = list({r.key(): r for r in requests if r.key() not in _CACHE}.values())
     workers = min(cpu_count(), len(todo) // PLANS_PER_PROCESS)

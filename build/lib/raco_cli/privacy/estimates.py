@@ -35,6 +35,21 @@ What is read from the noisy counts (post-processing):
   delta_thr = 1 - (1 - Q((tau - 1) / s))^M_sparse (:func:`threshold_delta`).
 * **missing-value indicators** (``dataset.options.missing_indicator: private``): a column
   gets one when the noisy count of its missing cells reaches tau (a fixed key: no delta).
+* **column types** (``dataset.options.types.<col>: private``, what ``raco data describe``
+  writes): the column's histogram has three fixed keys, the counts of its ``missing``,
+  ``numeric`` (a finite number) and ``text`` cells, then the numeric cells' bins (fixed keys,
+  as for bounds) and the text cells' values (data-dependent keys, as for levels).  A present
+  cell adds 1 to two counts (its kind and its bin or value), so such a column weighs 2 in M
+  (L2 sensitivity sqrt(2) of its part) and is one of the M_sparse columns.  The type is
+  post-processing of the noisy counts (:func:`decide_type`): ``drop`` when neither the numeric
+  nor the text count reaches tau; ``numeric`` when the numeric count is the larger (bounds from
+  its bins; a cell that is no number is read as missing); else the text values released are
+  its levels: none or more than :data:`MAX_TYPE_LEVELS`: ``drop``; one value, with a noisy
+  rest of text cells (text count minus the released values' counts, noise std sqrt(2) s) below
+  2 sqrt(2) s, the :data:`EXTEND_Z` rule of the bounds: ``drop`` (one value only); two with such
+  a rest: ``binary``; else ``categorical`` (its other values: ``<col>=other``).  So the type of a
+  column never hangs on one record (one odd value, one duplicate, one non-numeric token) but
+  through the accounted noise.
 
 Accounting (docs/privacy.md): replacing the release on the larger dataset by the same
 mechanism restricted to the keys both datasets hold changes its output distribution by at
@@ -57,6 +72,7 @@ from typing import Any
 
 import dp_accounting as dpa
 import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import norm
 
@@ -71,6 +87,8 @@ MISSING, ZERO = 0, 1  # keys of a numeric column's histogram; then the negative,
 N_KEYS = 2 + 2 * OCTAVES
 DELTA_SHARE = 0.1  # the share of delta the thresholding of data-dependent keys may take
 EXTEND_Z = 2.0  # a bound widens into the adjacent bin when its noisy count reaches EXTEND_Z noise stds
+MAX_TYPE_LEVELS = 50  # a private type with more released text values than this: drop (names, dates, free text)
+TYPE_KEYS = ("missing", "numeric", "text")  # the fixed keys that open a private type's histogram
 
 
 def estimates_event(noise_multiplier: float) -> dpa.DpEvent:
@@ -151,6 +169,52 @@ def bounds_from_counts(noisy: np.ndarray, tau: float, transform: str = "none", e
     return float(lo), float(hi)
 
 
+def weight(column: PendingColumn) -> int:
+    """How many counts of the release one record changes in this column (its share of M)."""
+    return 2 if column.kind == "type" else 1
+
+
+def _kinds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A private type's cells: ``(missing mask, finite numbers, text cells that are no number)``."""
+    present = [t for t in values if t is not None]
+    parsed = pd.to_numeric(pd.Series(present, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    finite = np.isfinite(parsed)
+    return (np.array([t is None for t in values], dtype=bool), parsed[finite],
+            [t for t, ok in zip(present, finite.tolist()) if not ok])
+
+
+def decide_type(kinds: np.ndarray, text_keys: Sequence[str], text_counts: np.ndarray, tau: float,
+                rest_min: float | None = None) -> tuple[str, tuple[str, ...]]:
+    """A private column's type from its noisy ``(missing, numeric, text)`` counts and the noisy
+    counts of its text values (module docstring): ``(type, released levels)``.  ``rest_min``
+    (default tau): the noisy count of text cells outside the released values from which they
+    are a part of their own (``<col>=other``): below it one released value is a column of one
+    value only (drop), two released values a binary column.
+
+    >>> decide_type(np.array([0.0, 900.0, 5.0]), ["?"], np.array([5.0]), 50.0)
+    ('numeric', ())
+    >>> decide_type(np.array([0.0, 0.0, 900.0]), ["x", "y"], np.array([899.0, 1.0]), 50.0)
+    ('drop', ('x',))
+    >>> decide_type(np.array([0.0, 0.0, 900.0]), ["x", "y"], np.array([700.0, 200.0]), 50.0)
+    ('binary', ('x', 'y'))
+    >>> decide_type(np.array([0.0, 0.0, 1900.0]), ["P", "a", "b"], np.array([1400.0, 250.0, 250.0]), 578.0, rest_min=300.0)
+    ('categorical', ('P',))
+    """
+    _, numeric, text = (float(v) for v in kinds)
+    released = tuple(k for k, c in zip(text_keys, text_counts) if c >= tau)
+    if max(numeric, text) < tau:
+        return "drop", released
+    if numeric >= text:
+        return "numeric", ()
+    if not released or len(released) > MAX_TYPE_LEVELS:
+        return "drop", released
+    rest = text - float(sum(c for c in text_counts if c >= tau))
+    few = rest < (tau if rest_min is None else rest_min)
+    if len(released) == 1:
+        return ("drop" if few else "categorical"), released
+    return ("binary" if len(released) == 2 and few else "categorical"), released
+
+
 def threshold(std: float, *, eps: float, delta: float, sparse_columns: int) -> float:
     """tau = 1 + s Q^-1(p), with p the per-column chance that a value held by one record is
     released: ``1 - (1 - p)^M_sparse = DELTA_SHARE * delta / e^eps`` (module docstring).
@@ -184,13 +248,22 @@ def reserved_delta(*, eps: float, delta: float, sparse_columns: int) -> float:
 
 def histograms(columns: Sequence[PendingColumn]) -> list[tuple[tuple[Any, ...], np.ndarray]]:
     """The exact histogram of each column's cells: ``(keys, counts)``, one record adding 1 to
-    exactly one count per column.  Numeric columns: every key of :func:`bin_keys` (fixed,
+    exactly one count per column (two in a private type's, :func:`weight`: its kind
+    ``missing`` / ``numeric`` / ``text``, then its bin or value).  Numeric columns: every key of :func:`bin_keys` (fixed,
     counts may be 0); level columns: ``"missing"`` then the values held, sorted (data-dependent
     keys); indicator-only columns: ``"missing"``."""
     out: list[tuple[tuple[Any, ...], np.ndarray]] = []
     for col in columns:
         if col.kind == "bounds":
             out.append((tuple(range(N_KEYS)), np.bincount(bin_keys(col.values), minlength=N_KEYS).astype(np.float64)))
+        elif col.kind == "type":
+            missing, finite, text = _kinds(col.values)
+            keys = sorted_levels(np.asarray(text, dtype=object))
+            index = {k: i for i, k in enumerate(keys)}
+            kinds = np.array([missing.sum(), len(finite), len(text)], dtype=np.float64)
+            bins = np.bincount(bin_keys(finite), minlength=N_KEYS).astype(np.float64)
+            counts = np.bincount([index[t] for t in text], minlength=len(keys)).astype(np.float64)
+            out.append(((*TYPE_KEYS, *(("bin", k) for k in range(N_KEYS)), *keys), np.concatenate([kinds, bins, counts])))
         elif col.kind == "levels":
             present = [t for t in col.values if t is not None]
             keys = sorted_levels(np.asarray(present, dtype=object))
@@ -217,7 +290,22 @@ def post_process(columns: Sequence[PendingColumn], noisy: Sequence[tuple[tuple[A
     bounds: dict[str, tuple[float, float]] = {}
     levels: dict[str, tuple[str, ...]] = {}
     indicators: list[str] = []
+    types: dict[str, str] = {}
     for col, (keys, counts) in zip(columns, noisy):
+        if col.kind == "type":
+            n = len(TYPE_KEYS) + N_KEYS
+            # the rest of the text cells is the difference of two noisy counts: noise std sqrt(2) s
+            kind, lv = decide_type(counts[:3], keys[n:], counts[n:], tau, None if extend is None else math.sqrt(2) * extend)
+            types[col.name] = kind
+            missing = float(counts[0])
+            if kind == "numeric":
+                bounds[col.name] = bounds_from_counts(counts[3:n], tau, extend=extend)
+                missing += float(counts[2])  # its text cells are read as missing
+            elif kind != "drop":
+                levels[col.name] = lv
+            if col.indicator and kind != "drop" and missing >= tau:
+                indicators.append(col.name)
+            continue
         if col.kind == "bounds":
             bounds[col.name] = bounds_from_counts(counts, tau, col.transform, extend=extend)
             missing = float(counts[MISSING])
@@ -227,14 +315,14 @@ def post_process(columns: Sequence[PendingColumn], noisy: Sequence[tuple[tuple[A
                 levels[col.name] = tuple(k for k, c in zip(keys[1:], counts[1:]) if c >= tau)
         if col.indicator and missing >= tau:
             indicators.append(col.name)
-    return {"bounds": bounds, "levels": levels, "indicators": tuple(indicators)}
+    return {"bounds": bounds, "levels": levels, "indicators": tuple(indicators), "types": types}
 
 
 def estimate(columns: Sequence[PendingColumn], *, noise_multiplier: float, eps: float, delta: float,
              source: NoiseSource) -> Estimates:
     """The release (module docstring) of the given training cells, through the replay tape."""
-    m = len(columns)
-    sparse = sum(1 for c in columns if c.kind == "levels")
+    m = sum(weight(c) for c in columns)
+    sparse = sum(1 for c in columns if c.kind in ("levels", "type"))
     std = noise_multiplier * math.sqrt(max(m, 1))
     tau = threshold(std, eps=eps, delta=delta, sparse_columns=sparse)
     reserve = reserved_delta(eps=eps, delta=delta, sparse_columns=sparse)
@@ -242,6 +330,7 @@ def estimate(columns: Sequence[PendingColumn], *, noise_multiplier: float, eps: 
     def compute() -> Estimates:
         released = post_process(columns, noisy_histograms(columns, std, source), tau, extend=EXTEND_Z * std)
         return Estimates(bounds=released["bounds"], levels=released["levels"], indicators=released["indicators"],
+                         types=released["types"],
                          noise_multiplier=float(noise_multiplier), columns=m, std=std, threshold=tau, reserved_delta=reserve)
 
     return releases.release("estimates", compute)

@@ -33,7 +33,7 @@ docs/privacy.md, section "Noise source and floating point".
 from __future__ import annotations
 
 import math
-import os
+import os  # noqa: F401 - os.urandom, read by raco_cli.privacy.csprng (tests patch mechanisms.os.urandom)
 from collections.abc import Callable
 
 import numpy as np
@@ -80,10 +80,12 @@ class SecureUniforms:
 
 
 def _urandom_53_bits(shape: tuple[int, ...]) -> np.ndarray:
-    """Uniform 53-bit integers from ``os.urandom`` (one 8-byte read each, in row-major order),
-    as float64 of shape ``shape``: the draws both secure sources scale into (0, 1) / [0, 1)."""
-    bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
-    return bits.astype(np.float64).reshape(shape)
+    """Uniform 53-bit integers from ``os.urandom`` (:func:`raco_cli.privacy.csprng.urandom_53_bits`,
+    the one CSPRNG path), as float64 of shape ``shape``: the draws both secure sources scale into
+    (0, 1) / [0, 1)."""
+    from raco_cli.privacy.csprng import urandom_53_bits
+
+    return urandom_53_bits(shape)
 
 
 #: In place on (R, W) float64: ``floor``, then ``+ 1``, then the running sum along each row.

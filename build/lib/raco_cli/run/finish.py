@@ -19,7 +19,7 @@ from raco_cli.run.records import log_final
 log = logging.getLogger(__name__)
 
 
-def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started: float, curves: bool,
+def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started: float | None, curves: bool,
                stats: Mapping[str, Any] | None = None, search: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Re-account a trained run, write summary.json, model.pt, config.yaml (and curves.png)
     and its final MLflow records; return the summary.
@@ -107,7 +107,9 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "lambda": result.lam,
         "hyperparameters": spec_dict(pplan.spec),
         "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},
-        "stats": {**result.stats, "wall_time_s": time.time() - started, **dict(stats or {}), "releases": result.releases},
+        # the wall time only in full records (scope=model: no process timing, docs/privacy.md "Timing")
+        "stats": {**result.stats, **({"wall_time_s": time.time() - started} if full and started is not None else {}),
+                  **dict(stats or {}), "releases": result.releases},
         "config_hash": spec.config_hash,
         "device": str(prep.device),
         "privacy_scope": spec.scope,

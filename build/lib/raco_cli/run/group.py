@@ -171,7 +171,11 @@ def _train_group(members: Sequence[Mapping[str, Any]], *, sweep_dir: Path | None
                 continue
             for (i, _), summary in zip(chunk, _train_together([(members[i], prep) for i, prep in chunk], sweep_dir, on_result)):
                 out[i] = summary
-    log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, sum(s is None for s in out))
+    failed = sum(s is None for s in out)
+    if any(model_scope(m["config"]) for m in members):  # the log file: no process timing (docs/privacy.md "Timing")
+        log.info("group of %d runs done (%d failed)", len(members), failed)
+    else:
+        log.info("group of %d runs done in %.1f s (%d failed)", len(members), time.time() - t0, failed)
     return out
 
 
@@ -250,7 +254,10 @@ def _train_together(runs: Sequence[tuple[Mapping[str, Any], Any]], sweep_dir: Pa
         finally:
             progress.close()
         trained = time.time() - t0
-        log.info("%d runs trained together (T %d-%d) in %.1f s", R, min(steps), max(steps), trained)
+        if all(prep.full_records for _, prep in runs):  # the log file: no process timing under scope=model
+            log.info("%d runs trained together (T %d-%d) in %.1f s", R, min(steps), max(steps), trained)
+        else:
+            log.info("%d runs trained together (T %d-%d)", R, min(steps), max(steps))
         for r, ((member, prep), result, rec) in enumerate(zip(runs, results, recorders)):
             try:
                 out[r] = finish_run(prep, result, Path(member["run_dir"]), rec, started=time.time() - trained / R,

@@ -35,7 +35,7 @@ def load_data(spec: RunSpec):
     kept in memory (TabularData is immutable): a sweep parses each file once per worker.
     """
     ds = spec.dataset
-    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.subset, dict(ds.options), ds.preprocessing,
+    key = json.dumps([ds.name, str(ds.data_dir), ds.mirror, ds.split_seed, ds.split, ds.subset, dict(ds.options), ds.preprocessing,
                       dict(ds.bounds), dict(ds.imbalance)], sort_keys=True, default=str)
     if key in _DATA_CACHE:
         return _DATA_CACHE[key]
@@ -57,6 +57,7 @@ def load_data_uncached(spec: RunSpec):
         mirror=ds.mirror,
         allow_download=ds.download,
         split_seed=ds.split_seed,
+        split=ds.split,
         options=ds.options,
         # dp: the loader encodes by the public bounds; prepare_run standardises privately
         preprocessing="public" if ds.preprocessing == "dp" else ds.preprocessing,
@@ -371,7 +372,7 @@ def suggested_lr_dual(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_ro
     random walk of sd ``lr_dual s_j sqrt(T)`` (an upper bound: s_j bounds each class count's
     noise separately, and clipping a small group's noisy rate to [0, 1] shrinks it; by Monte
     Carlo the walk's sd is 0.18 at Adult's sizes, 0.10 at Hdma's:
-    tests/unit/methods/test_lr_dual_auto.py).  With small groups (a few rows of a group per
+    tests/unit/run/test_lr_dual_auto.py).  With small groups (a few rows of a group per
     batch) a fixed step of 1 sent lambda to its bound on noise alone and the model to a
     near-constant one (docs/your-own-data.md, measured on public tables).  It gives 0.2 on Adult
     (0.8253 vs 0.8250 at 1.0, 5 seeds) and 0.1 on Parkinsons (its tuned value).  1.0 (the value
@@ -474,9 +475,10 @@ def estimate_private_values(spec: RunSpec, data: Any, method_spec: Any, seeds: A
     sigma = spec.dataset.estimate_noise_multiplier
     est = estimate_table(data, noise_multiplier=sigma, eps=spec.eps, delta=spec.delta,
                          source=noise_source(seeds.estimates, "cpu", secure=spec.secure_rng))
-    log.info("Private estimates (one Gaussian release over %d columns, noise multiplier %g, noise std %.4g, threshold %.4g): %s",
+    log.info("Private estimates (one Gaussian release, L2 sensitivity sqrt(M), M = %d (a private type counts 2), noise "
+             "multiplier %g, noise std %.4g, threshold %.4g): %s",
              est.columns, sigma, est.std, est.threshold, json.dumps({k: v for k, v in est.to_dict().items()
-                                                                    if k in ("bounds", "levels", "missing_indicator")}))
+                                                                    if k in ("types", "bounds", "levels", "missing_indicator")}))
     return finish(data, est), replace(method_spec, estimate_noise=sigma, reserved_delta=est.reserved_delta)
 
 

@@ -6,16 +6,17 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
    cell counts, the DP standardisation, a table's private estimates.  Every trial plans from
    them; they are composed once with the search.
 2. **Candidates** (post-processing of the configuration and those releases): the configuration
-   as given, and ``tune.candidates - 1`` local settings drawn with ``tune.sampler_seed``: each
+   as given, and ``tune.candidates - 1`` local settings drawn from the OS CSPRNG: each
    searched value of the configuration, as resolved for the data (an auto batch size from n~;
    an auto dual step stays auto, resolved per candidate), times a log-uniform factor
-   (:data:`raco_cli.cli.tune_space.LOCAL_RANGE`).
+   (:data:`raco_cli.run.tune_space.LOCAL_RANGE`).
 3. **Plan**: the largest per-trial eps whose whole search stays within ``eps``.  A trial draws one
    candidate uniformly, so its RDP curve is at most the pointwise max over the candidates of
    [the training run planned at that eps + the score release]; the search's curve follows from
    the repetition theorem, the releases of step 1 are added, and the sum is converted at delta.
-4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed come from a generator
-   seeded with fresh OS entropy that is never written.  A trial is a ``scope=model`` training
+4. **Trials**: K ~ ``tune.repetitions`` and each trial's candidate and seed are drawn from the OS
+   CSPRNG (:class:`raco_cli.privacy.csprng.SecureDraws`, never written; not a PRNG seeded from
+   it, whose state the released trial's seed would help reconstruct).  A trial is a ``scope=model`` training
    run (secure noise) and its score, ``(correct, rows) + N(0, s^2 I)`` on the validation split
    (``tune.score_noise`` = s rows; L2 sensitivity sqrt(2) under add/remove of a validation
    record: ``GaussianDpEvent(s / sqrt(2))``), and its noisy feasibility (post-processing of its
@@ -24,7 +25,13 @@ one accounted eps for the whole search (Papernot & Steinke, ICLR 2022; accountin
 5. **Output**: only the best trial, written as a run (summary.json, model.pt, MLflow), its
    ``eps_spent`` the search's.  K, the other trials and their scores are never written or
    printed: the theorems bound the best alone (a released K reduces the search to a fixed
-   number of repetitions).
+   number of repetitions).  Nor is its duration: under ``scope=model`` no record carries
+   process timing (docs/privacy.md, "Timing"), and the released run is named by a random id,
+   not by its trial's seed.
+
+The configurations come from the command line (:class:`SearchConfigs`, composed by Hydra in
+:mod:`raco_cli.cli.tune_private`): the search chooses the candidates' overrides, the command line
+composes them.
 """
 
 from __future__ import annotations
@@ -33,17 +40,30 @@ import contextlib
 import logging
 import math
 import secrets
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from raco_cli.errors import ConfigError, RacoError
+from raco_cli.run.tune_space import LOCAL_RANGE, default_study, local_overrides, space_of
 
 PROTOCOL = "private (Papernot & Steinke 2022)"
+
+
+class SearchConfigs(Protocol):
+    """The job configs of a search, as plain dicts: the configuration as given and each trial's."""
+
+    def given(self) -> Mapping[str, Any]:
+        """The configuration as given, validated (bad overrides: one line, before any release)."""
+        ...
+
+    def trial(self, candidate: Sequence[str], eps: float, seed: int, *, experiment: str) -> Mapping[str, Any]:
+        """The configuration with a candidate's overrides, at ``eps`` and ``seed``; its runs go to the
+        MLflow experiment ``experiment`` unless the configuration's overrides name one."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,8 +71,16 @@ class SearchOptions:
     repetitions: Any  # raco_cli.privacy.tuning.Repetitions
     candidates: int
     score_noise: float
-    sampler_seed: int
     study: str | None
+
+
+def secure_draws() -> Any:
+    """The source of the search's secret draws (K, the candidates, each trial's candidate and
+    seed): the OS CSPRNG.  Tests replace this function to follow the draws (the explicit hook;
+    ``tune.sampler_seed`` is an option of ``privacy.scope=paper`` only)."""
+    from raco_cli.privacy.csprng import SecureDraws
+
+    return SecureDraws()
 
 
 @dataclass
@@ -74,20 +102,20 @@ class Trial:
         return (True, self.noisy_correct) if self.feasible else (False, -self.excess)
 
 
-def draw_candidates(method: str, n: int, seed: int, values: Mapping[str, Any], n_train: float,
+def draw_candidates(method: str, n: int, rng: Any, values: Mapping[str, Any], n_train: float,
                     objective: str = "erm") -> list[list[str]]:
     """``n`` local candidates: each searched value of the method times a log-uniform factor
-    (``raco_cli.cli.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
+    (``raco_cli.run.tune_space.LOCAL_RANGE``), as config overrides.  ``values`` are the
     configuration's own values as resolved for the data and ``n_train`` the released n~: a
-    function of the configuration and accounted releases only (post-processing).
+    function of the configuration and accounted releases only (post-processing).  ``rng``: the
+    source of the factors (the search's :func:`secure_draws`), or an int seeding numpy (tests).
 
     >>> draw_candidates("dp_sgd", 2, 0, {"noise_multiplier": 3.0, "lr": 4.0, "batch_size": 256}, 4000)[0][0]
     'method.noise_multiplier=3.352'
     """
-    from raco_cli.cli.tune_space import LOCAL_RANGE, local_overrides, space_of
-
     names = [name for name in space_of(method, objective) if _number(values.get(name))]
-    rng = np.random.default_rng(seed)
+    if isinstance(rng, (int, np.integer)):
+        rng = np.random.default_rng(int(rng))
     out = []
     for _ in range(n):
         factors = {name: math.exp(rng.uniform(*np.log(LOCAL_RANGE[name]))) for name in names}
@@ -116,8 +144,6 @@ def _number(value: Any) -> bool:
 
 def study_name(spec: Any) -> str:
     """The default name of a private search (its output folder and MLflow experiment ``tune-<name>``)."""
-    from raco_cli.cli.tune_space import default_study
-
     # the dataset as its runs name it: a table's own name (dataset.options.name, else its file's stem), not "table"
     return "private-" + default_study(spec.method.name, spec.dataset.display, spec.constraint.name, spec.eps, spec.constraint.gamma)
 
@@ -145,18 +171,15 @@ def score_event(score_noise: float) -> Any:
 class PrivateSearch:
     """Steps 1-3 at construction (step 3 in :meth:`plan`), step 4 in :meth:`run`, step 5 in :meth:`write`."""
 
-    def __init__(self, opts: SearchOptions, overrides: Sequence[str]) -> None:
+    def __init__(self, opts: SearchOptions, configs: SearchConfigs) -> None:
         from raco_cli import methods
-        from raco_cli.cli.validate import compose_config
         from raco_cli.methods.base import Seeds
         from raco_cli.methods.planning import once_events
         from raco_cli.run.prepare import release_inputs
         from raco_cli.run.spec import build_run_spec
 
-        self.opts, self.overrides = opts, list(overrides)
-        self._composed: dict[tuple[str, ...], Any] = {}  # candidate -> its composed job config (_trial_config)
-        base = compose_config(self.overrides)  # bad overrides: one line, before any release
-        self.spec = build_run_spec(base)
+        self.opts, self.configs = opts, configs
+        self.spec = build_run_spec(configs.given())  # bad overrides: one line, before any release
         self.study = opts.study or study_name(self.spec)
         self.method = methods.get(self.spec.method.name)
         if not self.method.PRIVATE:
@@ -170,32 +193,22 @@ class PrivateSearch:
             given = self._prepare([], float(self.spec.eps))
         # step 2: candidate 0 is the configuration as given (e.g. the shipped defaults); the others
         # scale its values as resolved from the releases (an auto batch size from n~)
+        from raco_cli.privacy import releases
+
         n_train = given.plan.spec.size_of(len(np.asarray(given.data.splits["train"])))
-        self.candidates = [[], *draw_candidates(self.spec.method.name, opts.candidates - 1, opts.sampler_seed,
-                                                searched_values(given), n_train, self.spec.method.objective.name)]
+        values = searched_values(given)
+        # drawn from the CSPRNG; not a function of the data, but on the release tape so that a
+        # replay (tests/e2e/test_replay.py) plans the same search
+        self.candidates = [[], *releases.release("tune_candidates", lambda: draw_candidates(
+            self.spec.method.name, opts.candidates - 1, secure_draws(), values, n_train, self.spec.method.objective.name))]
         self.eps_trial, self.eps_spent, self.trial_events = self.plan()
         self.usable = sorted(self.trial_events)
 
     # -- step 3 -------------------------------------------------------------------------------
-    def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Any:
-        """The candidate's job config at ``eps`` and ``seed``: composed by Hydra once per candidate,
-        then copied with the two keys set (planning asks for each candidate at every bisection
-        point; ``test_a_trial_config_is_the_composed_one`` checks the copy equals a fresh compose)."""
-        import copy
-
-        from omegaconf import open_dict
-
-        from raco_cli.cli.validate import compose_job
-
-        key = tuple(candidate)
-        if key not in self._composed:
-            experiment = [] if any(o.lstrip("+").startswith("tracking.experiment=") for o in self.overrides) \
-                else [f"tracking.experiment=tune-{self.study}"]
-            self._composed[key] = compose_job([*self.overrides, *experiment, *candidate])
-        cfg = copy.deepcopy(self._composed[key])
-        with open_dict(cfg):
-            cfg.eps, cfg.seed = float(eps), int(seed)
-        return cfg
+    def _trial_config(self, candidate: Sequence[str], eps: float, seed: int) -> Mapping[str, Any]:
+        """The candidate's job config at ``eps`` and ``seed`` (planning asks for each candidate at
+        every bisection point), its runs in the search's MLflow experiment ``tune-<study>``."""
+        return self.configs.trial(candidate, eps, seed, experiment=f"tune-{self.study}")
 
     def _prepare(self, candidate: Sequence[str], eps: float, seed: int = 0) -> Any:
         from raco_cli.run.prepare import prepare_run
@@ -336,7 +349,7 @@ class PrivateSearch:
         from raco_cli.privacy.tuning import draw_repetitions
 
         def draw() -> list[tuple[int, int]]:
-            rng = np.random.default_rng(secrets.randbits(128))  # fresh OS entropy, never written
+            rng = secure_draws()  # the OS CSPRNG, never written
             k = draw_repetitions(self.opts.repetitions, rng)
             return [(self.usable[int(rng.integers(len(self.usable)))], int(rng.integers(2**31 - 1))) for _ in range(k)]
 
@@ -361,7 +374,7 @@ class PrivateSearch:
             "search": {
                 "protocol": PROTOCOL, "eps_covers": "the search", "repetitions": reps.kind, "mean": reps.mean,
                 "shape": reps.shape if reps.kind == "truncated_negative_binomial" else None,
-                "candidates": len(self.candidates), "usable_candidates": len(self.usable), "sampler_seed": self.opts.sampler_seed,
+                "candidates": len(self.candidates), "usable_candidates": len(self.usable),
                 "eps_trial": float(self.eps_trial), "score_noise": self.opts.score_noise,
                 "noisy_val_correct": best.noisy_correct, "noisy_val_rows": best.noisy_rows,
                 "noisy_val_accuracy": best.noisy_correct / max(best.noisy_rows, 1.0), "noisy_feasible": best.feasible,
@@ -392,11 +405,12 @@ class PrivateSearch:
         from raco_cli.run.records import open_recorder
         from raco_cli.run.train import draw_curves
 
-        started = time.time()
-        recorder = open_recorder(best.prep, run_dir, None)
+        # named by a random id: a trial's seed (a CSPRNG draw of the search) names no record
+        name = f"{best.prep.spec.method.name}-{best.prep.spec.dataset.display}-{self.study}-best-{secrets.token_hex(4)}"
+        recorder = open_recorder(best.prep, run_dir, None, run_name=name, search_trial=True)
         status = "FAILED"
         try:
-            summary = finish_run(best.prep, best.result, run_dir, recorder, started=started,
+            summary = finish_run(best.prep, best.result, run_dir, recorder, started=None,
                                  curves=draw_curves(best.prep.spec, None), search=self.record(best))
             if recorder is not None:
                 recorder.set_tags({"raco.tune.protocol": PROTOCOL, "raco.tune.eps_covers": "the search",  # raco report's price line

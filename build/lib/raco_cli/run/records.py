@@ -45,12 +45,16 @@ def run_tags(spec: Any, resolved: Mapping[str, Any], run_dir: Path) -> dict[str,
     }
 
 
-def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any = None, buffered: bool = False) -> Any:
+def open_recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any = None, buffered: bool = False,
+                  run_name: str | None = None, search_trial: bool = False) -> Any:
     """The run's MLflow run (None when tracking is off); ``client``/``buffered``: see
     :class:`raco_cli.tracking.mlflow_store.RunRecorder` (a sweep group shares one client and
     logs its evaluations in bulk).  Under full records metrics carry their clock time; a
-    private scope=model run's carry none (no per-window timing)."""
-    recorder = _recorder(prep, run_dir, sweep_dir, client=client, buffered=buffered, create=True)
+    private scope=model run's carry none (no per-window timing).  ``run_name``: instead of
+    :func:`run_name`; ``search_trial``: the released trial of a private search, whose init seed
+    (a secret draw of the search) is not tagged."""
+    recorder = _recorder(prep, run_dir, sweep_dir, client=client, buffered=buffered, create=True, name=run_name,
+                         search_trial=search_trial)
     if recorder is not None:
         _opened(recorder, run_dir)
     return recorder
@@ -74,7 +78,8 @@ def _opened(recorder: Any, run_dir: Path) -> None:
     (run_dir / RUN_ID_FILE).write_text(recorder.run_id)
 
 
-def _recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any, buffered: bool, create: bool) -> Any:
+def _recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any, buffered: bool, create: bool,
+              name: str | None = None, search_trial: bool = False) -> Any:
     spec, seeds = prep.spec, prep.seeds
     if not spec.tracking.enabled:
         return None
@@ -84,14 +89,14 @@ def _recorder(prep: Any, run_dir: Path, sweep_dir: Path | None, *, client: Any, 
         **run_tags(spec, prep.resolved, run_dir),
         "raco.secure_rng": str(spec.secure_rng).lower(),
         "raco.privacy.scope": spec.scope,
-        "raco.seed.init": str(seeds.init),
+        "raco.seed.init": "secret (private search trial)" if search_trial else str(seeds.init),
         # secure_rng: batches and noise from os.urandom, no seed to record (secret batches)
         "raco.seed.sampling": "os.urandom" if spec.secure_rng else str(seeds.sampling),
         "raco.seed.noise": "os.urandom" if spec.secure_rng else str(seeds.noise),
     }
     return RunRecorder(
-        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=prep.resolved, tags=tags,
-        parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records, create=create,
+        uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=name or run_name(spec), params=prep.resolved,
+        tags=tags, parent_sweep_dir=sweep_dir, client=client, buffered=buffered, timed=prep.full_records, create=create,
     )
 
 
@@ -125,9 +130,22 @@ def record_failure(cfg: Mapping[str, Any], run_dir: Path, sweep_dir: Path | None
     tags = {**run_tags(spec, resolved, run_dir), "raco.error": f"{type(error).__name__}: {error}"[:5000]}
     recorder = RunRecorder(
         uri=str(spec.tracking.uri), experiment=spec.tracking.experiment, run_name=run_name(spec), params=resolved,
-        tags=tags, parent_sweep_dir=sweep_dir,
+        tags=tags, parent_sweep_dir=sweep_dir, timed=_full_records(spec),
     )
     recorder.finish("FAILED")
+
+
+def _full_records(spec: Any) -> bool:
+    """:attr:`raco_cli.run.prepare.PreparedRun.full_records` of a run that failed before it was
+    prepared (a method that cannot be looked up: none, the safe side)."""
+    if spec.scope == "paper":
+        return True
+    try:
+        from raco_cli import methods
+
+        return not bool(methods.get(spec.method.name).PRIVATE)
+    except Exception:  # noqa: BLE001 - the method itself may be what failed
+        return False
 
 
 def record_failure_quietly(cfg: Mapping[str, Any], run_dir: Path, sweep_dir: Path | None, exc: BaseException) -> None:

@@ -42,6 +42,7 @@ class DatasetSpec:
     data_dir: Path
     options: Mapping[str, Any]
     preprocessing: str = "empirical"  # public | dp | empirical (resolved from dataset.preprocessing)
+    split: str = "stratified"  # record | stratified (resolved from dataset.split: auto follows privacy.scope)
     bounds: Mapping[str, Any] = field(default_factory=dict)  # dataset.bounds: public column ranges
     dp_noise_multiplier: float = 20.0  # dataset.dp_noise_multiplier: the DP standardisation's Gaussian
     imbalance: Mapping[str, Any] = field(default_factory=dict)  # dataset.imbalance: label/group-imbalanced variant
@@ -306,19 +307,29 @@ def _curves(value: Any) -> bool | str:
                                   meaning="draw curves.png (auto: single runs yes, sweep jobs no)."))
 
 
-def plain_config(cfg: Any) -> dict[str, Any]:
+def plain_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved config as plain containers (MLflow params, summary.json, config.yaml).
 
-    Hydra composes an OmegaConf ``DictConfig``; everything below the command line works on
-    plain dicts, and this is where one becomes the other (OmegaConf is imported only then).
-    """
-    if type(cfg).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
+    The command line hands the run layer plain dicts: it converts Hydra's ``DictConfig`` with
+    OmegaConf (:func:`raco_cli.cli.job_config.plain_job`), which only the command line imports.
+    A plain dict is copied as it is; any other mapping (a ``DictConfig`` a caller composed itself,
+    as tests do) is read key by key into dicts and lists, its interpolations resolved as read.
 
-        out = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(out, dict)
-        return {str(k): v for k, v in out.items()}
-    return dict(cfg)
+    >>> plain_config({"eps": 1.0, "method": {"name": "sgd"}})
+    {'eps': 1.0, 'method': {'name': 'sgd'}}
+    """
+    from collections.abc import Sequence
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+            return [plain(v) for v in value]
+        return value
+
+    if isinstance(cfg, dict):
+        return dict(cfg)
+    return {str(k): plain(v) for k, v in cfg.items()}
 
 
 def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
@@ -404,6 +415,18 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
                                                 "paper: empirical statistics)."))
     if preprocessing == "auto":
         preprocessing = "dp" if scope == "model" else "empirical"
+    split = ds.get("split", "auto")
+    if split not in ("auto", "record", "stratified"):  # (raco_cli.data.tabular.SPLITS)
+        raise ConfigError(CHOICE.format(key="dataset.split", choices="auto, record, stratified", value=split,
+                                        meaning="record: each row's split from its own cells (adding or removing a row moves no other); "
+                                                "stratified: the paper's seeded shuffle of the whole file; auto follows privacy.scope "
+                                                "(model: record, paper: stratified)."))
+    if split == "auto":
+        split = "record" if scope == "model" else "stratified"
+    if split == "stratified" and scope == "model":  # a neighbouring file would move other rows into the exact test split
+        raise ConfigError("dataset.split=stratified: the whole-file shuffle is refused under privacy.scope=model (one row added "
+                          "or removed moves others between train and the exactly evaluated test split); use dataset.split=auto "
+                          "(record) or privacy.scope=paper.")
     dp_noise = _number({"s": ds.get("dp_noise_multiplier", 20.0)}, "s", "dataset.dp_noise_multiplier",
                        "the noise multiplier of the DP standardisation (dataset.preprocessing=dp).")
     if not math.isfinite(dp_noise):
@@ -433,6 +456,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         data_dir=Path(str((c.get("paths") or {}).get("data_dir") or "datasets")),
         options=dict(ds.get("options") or {}),
         preprocessing=str(preprocessing),
+        split=str(split),
         bounds=dict(bounds),
         dp_noise_multiplier=float(dp_noise),
         imbalance=_imbalance(ds.get("imbalance")),

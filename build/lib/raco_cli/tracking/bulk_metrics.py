@@ -238,23 +238,29 @@ def _write_params_tags(store: Any, todo: Mapping[str, tuple[list[Any], list[Any]
             conn.execute(sa.insert(tags_t), [row for rows in tag_rows.values() for row in rows.values()])
 
 
-def create_runs_bulk(client: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[tuple[str, str]]:
+def create_runs_bulk(client: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]], *,
+                     start_times: Sequence[int | None] | None = None) -> list[tuple[str, str]]:
     """``(info.run_id, info.artifact_uri)`` of ``client.create_run(experiment_id, run_name=name,
     tags=tags)`` for every ``(name, tags)``: the rows ``SqlAlchemyStore.create_run`` writes (a
     RUNNING run named ``name``, its ``mlflow.runName`` tag, user from ``mlflow.user``, start time
-    now, artifacts under the experiment's location), all in one transaction.  Any other store, or
-    a name that differs from its ``mlflow.runName`` tag (MLflow's error), goes through ``create_run``."""
+    now or run i's ``start_times[i]`` when not None (a run without process timing), artifacts under
+    the experiment's location), all in one transaction.  Any other store, or a name that differs
+    from its ``mlflow.runName`` tag (MLflow's error), goes through ``create_run``."""
+    starts = list(start_times) if start_times is not None else [None] * len(runs)
     store = _sql_store(client)
     try:
         if store is None or any(tags.get(_RUN_NAME_TAG, name) != name for name, tags in runs):
             raise _Fallback
-        return list(retrying(_create_runs, store, experiment_id, runs))
+        return list(retrying(_create_runs, store, experiment_id, runs, starts))
     except _Fallback:
-        infos = [retrying(client.create_run, experiment_id, run_name=name, tags=dict(tags)).info for name, tags in runs]
+        infos = [retrying(client.create_run, experiment_id, run_name=name, tags=dict(tags),
+                          **({} if start is None else {"start_time": start})).info
+                 for (name, tags), start in zip(runs, starts)]
         return [(info.run_id, info.artifact_uri) for info in infos]
 
 
-def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]]) -> list[tuple[str, str]]:
+def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mapping[str, str]]],
+                 starts: Sequence[int | None]) -> list[tuple[str, str]]:
     import uuid
 
     import sqlalchemy as sa
@@ -268,12 +274,12 @@ def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mappi
     store._check_experiment_is_active(experiment)  # MLflow's error for a deleted experiment
     start = get_current_time_millis()
     run_rows, tag_rows = [], []
-    for name, tags in runs:
+    for (name, tags), fixed in zip(runs, starts):
         run_id = uuid.uuid4().hex
         run_rows.append({
             "run_uuid": run_id, "name": name, "source_type": SourceType.to_string(SourceType.UNKNOWN), "source_name": "",
             "entry_point_name": "", "user_id": tags.get(MLFLOW_USER, "unknown"), "status": RunStatus.to_string(RunStatus.RUNNING),
-            "start_time": start, "end_time": None, "deleted_time": None, "source_version": "",
+            "start_time": start if fixed is None else fixed, "end_time": None, "deleted_time": None, "source_version": "",
             "lifecycle_stage": LifecycleStage.ACTIVE,
             "artifact_uri": append_to_uri_path(experiment.artifact_location, run_id, store.ARTIFACTS_FOLDER_NAME),
             "experiment_id": int(experiment_id),
@@ -286,31 +292,38 @@ def _create_runs(store: Any, experiment_id: str, runs: Sequence[tuple[str, Mappi
     return [(row["run_uuid"], row["artifact_uri"]) for row in run_rows]
 
 
-def terminate_bulk(client: Any, run_ids: Sequence[str], status: str) -> None:
+def terminate_bulk(client: Any, run_ids: Sequence[str], status: str, *, end_times: Sequence[int | None] | None = None) -> None:
     """``client.set_terminated(run_id, status=status)`` for every run: the same status and end
-    time (now, in ms) in one transaction on MLflow's SQL store; any other store, or a run
+    time (now, in ms; run i's ``end_times[i]`` when not None: a run without process timing ends
+    at its public start) in one transaction on MLflow's SQL store; any other store, or a run
     that is missing or deleted (MLflow's error), goes through ``set_terminated`` run by run."""
     from mlflow.entities import RunStatus
     from mlflow.utils.time import get_current_time_millis
 
     status = RunStatus.to_string(RunStatus.from_string(status))  # MLflow's check of the name
+    ends = list(end_times) if end_times is not None else [None] * len(run_ids)
     store = _sql_store(client)
     try:
         if store is None or not run_ids:
             raise _Fallback
-        retrying(_terminate, store, list(run_ids), status, get_current_time_millis())
+        now = get_current_time_millis()
+        retrying(_terminate, store, list(run_ids), status, [now if e is None else e for e in ends])
     except _Fallback:
-        for run_id in run_ids:
-            retrying(client.set_terminated, run_id, status=status)
+        for run_id, end in zip(run_ids, ends):
+            retrying(client.set_terminated, run_id, status=status, **({} if end is None else {"end_time": end}))
 
 
-def _terminate(store: Any, run_ids: list[str], status: str, end_time: int) -> None:
+def _terminate(store: Any, run_ids: list[str], status: str, end_times: list[int]) -> None:
     import sqlalchemy as sa
     from mlflow.store.tracking.dbmodels.models import SqlRun
 
     runs = SqlRun.__table__
+    by_end: dict[int, list[str]] = {}
+    for run_id, end in zip(run_ids, end_times):
+        by_end.setdefault(end, []).append(run_id)
     with _active_runs_transaction(store, run_ids) as conn:
-        conn.execute(sa.update(runs).where(runs.c.run_uuid.in_(run_ids)).values(status=status, end_time=end_time))
+        for end, ids in by_end.items():
+            conn.execute(sa.update(runs).where(runs.c.run_uuid.in_(ids)).values(status=status, end_time=end))
 
 
 @contextmanager
@@ -346,3 +359,23 @@ def _active_runs_transaction(store: Any, run_ids: Sequence[str]) -> Iterator[Any
         if any(stages.get(run_id) != LifecycleStage.ACTIVE for run_id in run_ids):
             raise _Fallback
         yield conn
+
+
+def untime_logged_model(client: Any, model_id: str, when: int) -> None:
+    """Set a logged model's creation and update times (MLflow: now) to ``when``, on MLflow's SQL
+    store (a run without process timing: its model would time the run's end); other stores keep
+    MLflow's."""
+    store = _sql_store(client)
+    if store is None:
+        return
+    import sqlalchemy as sa
+    from mlflow.store.tracking.dbmodels.models import SqlLoggedModel
+
+    models = SqlLoggedModel.__table__
+
+    def update() -> None:
+        with _transaction(store) as conn:
+            conn.execute(sa.update(models).where(models.c.model_id == model_id)
+                         .values(creation_timestamp_ms=when, last_updated_timestamp_ms=when))
+
+    retrying(update)

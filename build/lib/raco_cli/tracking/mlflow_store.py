@@ -8,8 +8,10 @@ record that failed.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
+import json
 import logging
 import math
 import os
@@ -42,6 +44,12 @@ LIVE_EVERY_S = 5.0
 # a RUNNING run of another host is stale after this long without a heartbeat
 STALE_AFTER_S = float(os.environ.get("RACO_STALE_AFTER_S", "900"))
 PARENT_FILE = ".mlflow_parent_run_id"
+# liveness of RUNNING runs, outside the records: <store dir>/.raco-locks/<run_id>.lock (RunLock)
+LOCK_DIR = ".raco-locks"
+# a run without process timing (tag "raco.timed" = "false": a private scope=model run) carries
+# no start/end time of its own: both are this public value (the UTC day it was created)
+UNTIMED_TAG = "raco.timed"
+DAY_MS = 86_400_000
 # scalar metrics mirrored to MLflow at every evaluation, per split
 EVAL_METRICS = (
     "accuracy", "loss", "constraint_max_hard", "constraint_max_soft", "violation_hard",
@@ -118,13 +126,20 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[str, str]) -> str:
-    """The parent run grouping one multirun's jobs (created once, by whichever job is first)."""
+def sweep_parent(c, exp_id: str, sweep_dir: Path, *, name: str, tags: Mapping[str, str], start_time: int | None = None,
+                 lock: tuple[Path, Mapping[str, str]] | None = None) -> str:
+    """The parent run grouping one multirun's jobs (created once, by whichever job is first).
+
+    ``start_time``: its start (None: now); ``lock``: ``(lock dir, identity of the sweep's
+    process)``, written as the parent's :class:`RunLock` (not held: that process is the sweep's)."""
     marker = Path(sweep_dir) / PARENT_FILE
     with file_lock(Path(sweep_dir) / ".mlflow_parent.lock"):
         if marker.exists() and marker.read_text().strip():
             return marker.read_text().strip()
-        run = retrying(c.create_run, exp_id, run_name=name, tags={**tags, "raco.sweep_dir": str(sweep_dir), "raco.role": "sweep"})
+        run = retrying(c.create_run, exp_id, run_name=name, tags={**tags, "raco.sweep_dir": str(sweep_dir), "raco.role": "sweep"},
+                       **({} if start_time is None else {"start_time": start_time}))
+        if lock is not None:
+            RunLock(Path(lock[0]) / f"{run.info.run_id}.lock", lock[1], hold=False)
         marker.write_text(run.info.run_id)
         return run.info.run_id
 
@@ -174,7 +189,8 @@ def _process_start(pid: int) -> str | None:
 
 
 def process_identity() -> dict[str, str]:
-    """Tags identifying the current process, for stale-run detection."""
+    """Tags identifying the current process, for stale-run detection (full records only: a run
+    under ``privacy.scope=model`` keeps them in its :class:`RunLock`, never in a record)."""
     pid = os.getpid()
     return {
         "raco.host": socket.gethostname(),
@@ -182,6 +198,101 @@ def process_identity() -> dict[str, str]:
         "raco.pid_start": str(_process_start(pid) or ""),
         "raco.heartbeat": str(int(time.time())),
     }
+
+
+def public_day_ms(now: float | None = None) -> int:
+    """The start and end time (ms) of a run without process timing: the UTC day, at midnight."""
+    return int((time.time() if now is None else now) * 1000) // DAY_MS * DAY_MS
+
+
+def lock_dir(uri: str) -> Path:
+    """Where the run locks of a store live: ``.raco-locks`` beside a SQLite database (outside
+    its artifacts and every run directory), else under ``RACO_LOCK_DIR`` (default ``outputs``)."""
+    if os.environ.get("RACO_LOCK_DIR"):
+        return Path(os.environ["RACO_LOCK_DIR"]) / LOCK_DIR
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :]).parent / LOCK_DIR
+    return Path("outputs") / LOCK_DIR
+
+
+class RunLock:
+    """A RUNNING run's liveness, outside the records: ``<lock dir>/<run_id>.lock`` holds the
+    process's host, pid and start time (JSON), its mtime is the heartbeat, and the live process
+    holds an exclusive ``flock`` on it.  Removed when the run ends (nothing of it outlives the
+    run); a killed run's is removed by whoever marks the run stale (:func:`lock_verdict`).
+
+    ``hold=False``: the file names a process that is not this one (a sweep's parent run belongs
+    to the process that launched the sweep: :func:`sweep_process_identity`), no lock held.
+    """
+
+    def __init__(self, path: Path, identity: Mapping[str, str], *, hold: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: Any = open(self.path, "a+")
+        if hold:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new run id: nobody else has it
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(json.dumps({"host": identity.get("raco.host"), "pid": identity.get("raco.pid"),
+                                   "pid_start": identity.get("raco.pid_start")}))
+        self._fh.flush()
+        if not hold:
+            self._fh.close()
+            self._fh = None
+
+    def beat(self) -> None:
+        """Refresh the heartbeat (the file's mtime)."""
+        try:
+            os.utime(self.path)
+        except OSError:  # removed by a process that judged the run stale: nothing to refresh
+            pass
+
+    def release(self) -> None:
+        """Remove the file, then drop the lock (a checker that opened it first sees it gone)."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def lock_verdict(path: Path, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None | bool:
+    """Why the run of the lock at ``path`` is stale, None when it may be alive, False when there
+    is no lock (a run that ended, or one recorded before locks: its tags tell).
+
+    * Same host: the lock is held (alive); else alive only while the recorded pid and process
+      start still exist (a sweep parent's process holds no lock).  Exact.
+    * Another host (a shared disk): no heartbeat (mtime) for ``stale_after_s`` seconds.
+    """
+    now = time.time() if now is None else now
+    try:
+        fh = open(path)
+    except OSError:
+        return False
+    with fh:
+        try:
+            ident = json.loads(fh.read() or "{}")
+        except ValueError:
+            ident = {}
+        host, pid, start = ident.get("host"), str(ident.get("pid") or ""), ident.get("pid_start")
+        if host == socket.gethostname():
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return None  # held: the run's process lives
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            try:
+                if os.stat(path).st_ino != os.fstat(fh.fileno()).st_ino:
+                    return False
+            except OSError:
+                return False  # removed meanwhile: the run ended
+            if pid.isdigit() and start and _process_start(int(pid)) == start:
+                return None
+            return f"process {pid or '?'} on {host} is gone (killed or crashed)"
+        age = now - os.fstat(fh.fileno()).st_mtime
+    if age > stale_after_s:
+        return f"no heartbeat from {host or 'an unknown host'} for more than {int(stale_after_s)} s"
+    return None
 
 
 # "host pid start" of the process that launched a sweep, exported to its jobs by launchers
@@ -200,14 +311,22 @@ def sweep_process_identity() -> dict[str, str]:
     return identity
 
 
-def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
+def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S,
+             lock: Path | None = None) -> str | None:
     """Why a RUNNING run is stale (its process is gone), or None when it may still be alive.
+
+    A run with a :class:`RunLock` at ``lock`` is judged by it (:func:`lock_verdict`); without
+    one, by its tags (runs of full records, and runs recorded before locks):
 
     * Same host: the process with the recorded pid and start time no longer exists
       (SIGKILL, OOM kill, power loss of the job, ...).  Exact.
     * Another host, or no process tags: no heartbeat for ``stale_after_s`` seconds
       (``RACO_STALE_AFTER_S``, default 900; heartbeats are written every minute).
     """
+    if lock is not None:
+        verdict = lock_verdict(lock, now=now, stale_after_s=stale_after_s)
+        if verdict is not False:
+            return verdict  # type: ignore[return-value]
     now = time.time() if now is None else now
     host, pid = tags.get("raco.host"), tags.get("raco.pid")
     if host == socket.gethostname() and pid and pid.isdigit():
@@ -221,17 +340,33 @@ def is_stale(tags: Mapping[str, str], *, now: float | None = None, stale_after_s
     return None
 
 
-def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False) -> list[tuple[str, str]]:
+def _end_time(run: Any) -> dict[str, int]:
+    """``set_terminated``'s end time for a run another process ends: its (public) start time
+    when it carries no process timing, else none given (now)."""
+    return {"end_time": run.info.start_time} if run.data.tags.get(UNTIMED_TAG) == "false" else {}
+
+
+def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False, locks: Path | None = None) -> list[tuple[str, str]]:
     """Mark RUNNING runs whose process is gone as FAILED (tag ``raco.stale_reason``).
 
     Called before every new run, so a killed run never stays RUNNING once anything else runs;
     ``raco runs stale`` calls it on demand.  Sweep parents are closed when no child is
     RUNNING any more and the process that created them is gone.
 
+    ``locks``: the store's lock directory (:func:`lock_dir`; default: the client's store's).
+
     Returns:
         ``(run_id, reason)`` of every run marked (or that would be, with ``dry_run``).
     """
+    if locks is None:
+        uri = getattr(c, "tracking_uri", None) or getattr(getattr(c, "_tracking_client", None), "tracking_uri", None)
+        locks = lock_dir(str(uri or ""))
     running = retrying(c.search_runs, [exp_id], filter_string="attributes.status = 'RUNNING'", max_results=5000)
+    by_id = {run.info.run_id: run for run in running}
+
+    def lock(run: Any) -> Path:
+        return Path(locks) / f"{run.info.run_id}.lock"
+
     marked: list[tuple[str, str]] = []
     parents = []
     for run in running:
@@ -239,14 +374,14 @@ def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False) -> list[tuple[str,
         if tags.get("raco.role") == "sweep":
             parents.append(run)
             continue
-        reason = is_stale(tags)
+        reason = is_stale(tags, lock=lock(run))
         if reason is not None:
             marked.append((run.info.run_id, reason))
     still_running_parents = {
         r.data.tags.get("mlflow.parentRunId") for r in running if r.info.run_id not in {m[0] for m in marked}
     }
     for run in parents:
-        reason = is_stale(run.data.tags)
+        reason = is_stale(run.data.tags, lock=lock(run))
         if reason is not None and run.info.run_id not in still_running_parents:
             marked.append((run.info.run_id, f"sweep parent: {reason}, no child running"))
     if not dry_run:
@@ -254,7 +389,9 @@ def mark_stale_runs(c, exp_id: str, *, dry_run: bool = False) -> list[tuple[str,
             log.warning("Marking stale MLflow run %s as FAILED: %s", run_id, reason)
             try:
                 retrying(c.set_tag, run_id, "raco.stale_reason", reason)
-                retrying(c.set_terminated, run_id, status="FAILED")
+                retrying(c.set_terminated, run_id, status="FAILED", **_end_time(by_id[run_id]))
+                with contextlib.suppress(OSError):
+                    (Path(locks) / f"{run_id}.lock").unlink()
             except Exception as exc:  # noqa: BLE001 - housekeeping of another run must not fail this one
                 # The jobs of a sweep start together and each sweeps the store: two of them may mark the
                 # same stale run at once, and the second tag insert violates the store's unique key
@@ -282,6 +419,7 @@ def close_sweep(uri: str, sweep_dir: Path) -> None:
         return
     parent = marker.read_text().strip()
     if uri.startswith("sqlite:///") and _by_sql(uri, "end_parent_run", parent) is not None:
+        _drop_lock(uri, parent)
         return
     c = client(uri)
     run = retrying(c.get_run, parent)
@@ -289,7 +427,14 @@ def close_sweep(uri: str, sweep_dir: Path) -> None:
         c.search_runs, [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=5000
     )
     ok = all(r.info.status == "FINISHED" for r in children)
-    retrying(c.set_terminated, parent, status="FINISHED" if ok else "FAILED")
+    retrying(c.set_terminated, parent, status="FINISHED" if ok else "FAILED", **_end_time(run))
+    _drop_lock(uri, parent)
+
+
+def _drop_lock(uri: str, run_id: str) -> None:
+    """Remove a run's :class:`RunLock` file (the run ended; nothing of its liveness stays)."""
+    with contextlib.suppress(OSError):
+        (lock_dir(uri) / f"{run_id}.lock").unlink()
 
 
 def fail_run(uri: str, run_id: str, error: str) -> str:
@@ -297,11 +442,13 @@ def fail_run(uri: str, run_id: str, error: str) -> str:
     with the reason in ``raco.error``; a run that already ended keeps its status.  The run's
     status afterwards."""
     c = client(uri)
-    status = str(retrying(c.get_run, run_id).info.status)
+    run = retrying(c.get_run, run_id)
+    status = str(run.info.status)
     if status != "RUNNING":
         return status
     retrying(c.set_tag, run_id, "raco.error", error[:5000])
-    retrying(c.set_terminated, run_id, status="FAILED")
+    retrying(c.set_terminated, run_id, status="FAILED", **_end_time(run))
+    _drop_lock(uri, run_id)
     return "FAILED"
 
 
@@ -320,8 +467,11 @@ class RunRecorder:
     or by :func:`flush_recorders` for a whole group (a group's runs evaluate together, and a
     store write per run per evaluation would cost more than the training).
     ``timed``: metrics carry the clock time they were logged at; ``False`` (a private run
-    under ``privacy.scope=model``): every metric carries the run's creation time, so the
-    store does not time each evaluation window (step times follow the private batch sizes).
+    under ``privacy.scope=model``): no record carries process timing (docs/privacy.md,
+    "Timing"): every metric, the run's start and its end carry one public value (the UTC day of
+    its creation: :func:`public_day_ms`), so the store times neither the run nor its evaluation
+    windows (step times follow the private batch sizes, a search's length its secret K); no
+    process tags (pid start, heartbeat): the run's liveness is its :class:`RunLock` only.
     ``create=False`` (buffered only): the MLflow run is made later, with the rest of its group,
     by :func:`create_runs`; ``run_id`` is empty until then.
     """
@@ -351,26 +501,32 @@ class RunRecorder:
         if shared:
             _EXPERIMENT_IDS[(uri, experiment)] = self.experiment_id
         if not shared or self.experiment_id not in _STALE_CHECKED:  # a group's runs share one client and one check
-            mark_stale_runs(self.client, self.experiment_id)
+            mark_stale_runs(self.client, self.experiment_id, locks=lock_dir(uri))
             if shared:
                 _STALE_CHECKED.add(self.experiment_id)
         self.buffered = buffered
-        self._fixed_ts = None if timed else int(time.time() * 1000)
+        self.timed = timed
+        self._fixed_ts = None if timed else public_day_ms()
         self._pending: list[Any] = []
         self._written = -math.inf  # (unbuffered) monotonic time of the last evaluation write
-        tags = {**dict(tags), **process_identity()}
+        tags = {**dict(tags), **(process_identity() if timed else {UNTIMED_TAG: "false"})}
         self._last_beat = time.time()
+        self._locks = lock_dir(uri)
+        self._lock: RunLock | None = None
         if parent_sweep_dir is not None:
             parent = sweep_parent(
                 self.client, self.experiment_id, parent_sweep_dir, name=f"sweep-{Path(parent_sweep_dir).name}",
-                tags=sweep_process_identity(),
+                tags=sweep_process_identity() if timed else {UNTIMED_TAG: "false"}, start_time=self._fixed_ts,
+                lock=(self._locks, sweep_process_identity()),
             )
             tags["mlflow.parentRunId"] = parent
         self._new_run = (run_name, tags)
         self.run_id, self.artifact_uri = "", ""  # artifact_uri: where the run's artifacts go, when known
         if create:
-            info = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags).info
+            fixed = {} if self._fixed_ts is None else {"start_time": self._fixed_ts}
+            info = retrying(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags, **fixed).info
             self.run_id, self.artifact_uri = info.run_id, info.artifact_uri
+            self._hold_lock()
         self._artifacts: Any = None  # the run's local artifact repository, made on first use
         self.uri = uri
         self._RunTag = RunTag
@@ -381,6 +537,15 @@ class RunRecorder:
         if not buffered:
             self.flush()
 
+    def _hold_lock(self) -> None:
+        """Take the run's :class:`RunLock` (once its run id is known)."""
+        self._lock = RunLock(self._locks / f"{self.run_id}.lock", process_identity())
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     # Reporter protocol
     def on_step(self, step: int, total: int, values: Mapping[str, float]) -> None:
         now = time.time()
@@ -388,9 +553,13 @@ class RunRecorder:
             self.heartbeat(now)
 
     def heartbeat(self, now: float | None = None) -> None:
-        """Refresh ``raco.heartbeat`` (a run on another host is stale without heartbeats)."""
+        """Refresh the run's lock (a run on another host is stale without heartbeats), and its
+        ``raco.heartbeat`` tag in full records (a run without process timing has none)."""
         self._last_beat = time.time() if now is None else now
-        retrying(self.client.set_tag, self.run_id, "raco.heartbeat", str(int(self._last_beat)))
+        if self._lock is not None:
+            self._lock.beat()
+        if self.timed:
+            retrying(self.client.set_tag, self.run_id, "raco.heartbeat", str(int(self._last_beat)))
 
     def on_eval(self, record: EvalRecord) -> None:
         metrics = {}
@@ -464,6 +633,10 @@ class RunRecorder:
         retrying(self.client.log_outputs, self.run_id, [LoggedModelOutput(model.model_id, step=step)])
         retrying(self.client.log_model_artifacts, model.model_id, str(local_dir))
         retrying(self.client.finalize_logged_model, model.model_id, "READY")
+        if self._fixed_ts is not None:  # no process timing: the model's times are the run's public one
+            from raco_cli.tracking.bulk_metrics import untime_logged_model
+
+            untime_logged_model(self.client, model.model_id, self._fixed_ts)
         return f"models:/{model.model_id}"
 
     def finish(self, status: str) -> None:
@@ -475,8 +648,11 @@ def create_runs(recorders: Sequence[RunRecorder | None]) -> None:
     """Create the MLflow runs of the recorders opened with ``create=False``, in one store
     transaction per shared client and experiment (:func:`raco_cli.tracking.bulk_metrics.create_runs_bulk`)."""
     for recs in _by_store(recorders, lambda rec: not rec.run_id, by_experiment=True):
-        for rec, (run_id, artifact_uri) in zip(recs, create_runs_bulk(recs[0].client, recs[0].experiment_id, [rec._new_run for rec in recs])):
+        made = create_runs_bulk(recs[0].client, recs[0].experiment_id, [rec._new_run for rec in recs],
+                                start_times=[rec._fixed_ts for rec in recs])
+        for rec, (run_id, artifact_uri) in zip(recs, made):
             rec.run_id, rec.artifact_uri = run_id, artifact_uri
+            rec._hold_lock()
 
 
 def flush_recorders(recorders: Sequence[RunRecorder | None]) -> None:
@@ -498,8 +674,13 @@ def finish_recorders(recorders: Sequence[RunRecorder | None], status: str) -> No
     try:
         flush_recorders(recorders)
     finally:
-        for recs in _by_store(recorders, lambda rec: True):
-            terminate_bulk(recs[0].client, [rec.run_id for rec in recs], status)
+        try:
+            for recs in _by_store(recorders, lambda rec: True):
+                terminate_bulk(recs[0].client, [rec.run_id for rec in recs], status, end_times=[rec._fixed_ts for rec in recs])
+        finally:
+            for rec in recorders:
+                if rec is not None:
+                    rec._release_lock()
 
 
 def _by_store(recorders: Sequence[RunRecorder | None], keep: Callable[[RunRecorder], bool], *,

@@ -4,7 +4,8 @@
 ``requirements.txt``, the entry point :mod:`raco_cli.tracking.pyfunc_model`) whose
 ``artifacts/predictor/`` holds the self-contained artifact (:mod:`raco_cli.predictor`).  The
 same directory is logged to MLflow as a logged model of the run
-(:meth:`raco_cli.tracking.mlflow_store.RunRecorder.log_model`).  No input example is saved:
+(:meth:`raco_cli.tracking.mlflow_store.RunRecorder.log_model`), from where ``raco predict``
+fetches it back (:func:`logged_model_location`, :func:`download`).  No input example is saved:
 it would be rows of the training data.
 """
 
@@ -67,3 +68,34 @@ def save(predictor: Predictor, target: Path) -> Path:
                 metadata={"raco": "needs raco installed (pip install -e <raco checkout>); raco predict reads artifacts/predictor"},
             )
     return target
+
+
+def logged_model_location(source: str, uri: str) -> str:
+    """The artifact location of an MLflow 3 logged model named by ``models:/<model_id>`` or
+    ``runs:/<run_id>/<name>``, looked up through this store's client (MLflow resolves those
+    URIs through its global tracking URI otherwise); any other URI unchanged."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri, registry_uri=uri)
+    if source.startswith("models:/m-"):
+        return str(client.get_logged_model(source[len("models:/"):].strip("/")).artifact_location)
+    if source.startswith("models:/"):  # a registered model: models:/<name>/<version or @alias>
+        name, _, version = source[len("models:/"):].strip("/").partition("/")
+        alias = version.lstrip("@")
+        mv = client.get_model_version(name, version) if version.isdigit() else client.get_model_version_by_alias(name, alias)
+        return logged_model_location(str(mv.source), uri) if str(mv.source) != source else str(mv.source)
+    if source.startswith("runs:/"):
+        run_id, _, name = source[len("runs:/"):].partition("/")
+        run = client.get_run(run_id)
+        found = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{name}'")
+        if found:
+            return str(found[0].artifact_location)
+    return source
+
+
+def download(location: str, uri: str, dst: str) -> Path:
+    """The artifacts at the MLflow URI ``location`` of the store ``uri``, copied into ``dst``."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per download otherwise
+    import mlflow.artifacts
+
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=location, tracking_uri=uri, dst_path=dst))

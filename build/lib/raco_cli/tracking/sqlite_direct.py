@@ -59,7 +59,8 @@ def run_records(db: Path, experiment: str) -> list[dict[str, Any]]:
     ``params``, ``metrics`` (the latest values; NaN stored as MLflow stores it: ``is_nan``)
     and ``tags``."""
     with _connect(db) as conn:
-        # search_runs' order: newest start first, then by id
+        # search_runs' order: newest start first, then by id (runs without process timing share
+        # their day's start time: among them the order is by the random run id, which tells no time)
         runs = conn.execute(f"{_RUNS} ORDER BY r.start_time DESC, r.run_uuid", (experiment,)).fetchall()
         records = {run_id: {"run_id": run_id, "status": status, "params": {}, "metrics": {}, "tags": {}} for run_id, status in runs}
         scope = f"SELECT run_uuid FROM ({_RUNS})"
@@ -77,7 +78,9 @@ def run_records(db: Path, experiment: str) -> list[dict[str, Any]]:
 def end_parent_run(db: Path, parent: str) -> str | None:
     """End a sweep's parent run as ``set_terminated`` does: FINISHED when every (not deleted)
     child run tagged ``mlflow.parentRunId = parent`` is FINISHED, else FAILED; the end time is
-    now in ms.  A parent that is deleted or absent is left alone (None); else the status set."""
+    now in ms, or its start time when the parent carries no process timing (tag ``raco.timed`` =
+    ``false``: a sweep of private scope=model runs).  A parent that is deleted or absent is left
+    alone (None); else the status set."""
     with _connect(db, write=True) as conn:
         conn.execute("BEGIN IMMEDIATE")  # the check and the update in one write transaction
         if conn.execute("SELECT 1 FROM runs WHERE run_uuid = ? AND lifecycle_stage = 'active'", (parent,)).fetchone() is None:
@@ -89,5 +92,8 @@ def end_parent_run(db: Path, parent: str) -> str | None:
             (parent, parent),
         ).fetchone()[0]
         status = "FAILED" if unfinished else "FINISHED"
-        conn.execute("UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?", (status, int(time.time() * 1000), parent))
+        untimed = conn.execute("SELECT 1 FROM tags WHERE run_uuid = ? AND key = 'raco.timed' AND value = 'false'",
+                               (parent,)).fetchone() is not None
+        conn.execute("UPDATE runs SET status = ?, end_time = CASE WHEN ? THEN start_time ELSE ? END WHERE run_uuid = ?",
+                     (status, untimed, int(time.time() * 1000), parent))
     return status

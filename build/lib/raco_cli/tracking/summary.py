@@ -74,9 +74,10 @@ privacy_scope      (added in v1, optional) ``privacy.scope``: model | paper
 preprocessing      (added in v1, optional) how features were scaled: public | dp | empirical
 estimates          (added in v1, optional; dataset=table) the private values of the table, estimated
                    from its training split in one accounted release: bounds, levels,
-                   missing_indicator, noise_multiplier, columns, std, threshold, reserved_delta
+                   missing_indicator, types (private column types), noise_multiplier, columns, std,
+                   threshold, reserved_delta
 search             (added in v1, optional; ``raco tune`` under scope=model) the private search whose best
-                   trial this run is: protocol, repetitions (kind, mean, shape), candidates, sampler_seed,
+                   trial this run is: protocol, repetitions (kind, mean, shape), candidates,
                    eps_trial, score_noise, and the trial's noisy validation score (noisy_val_correct,
                    noisy_val_rows, noisy_val_accuracy, noisy_feasible); eps_spent is the search's
 predictor          (added in v1, optional; dataset=table) the run-directory folder of the
@@ -132,7 +133,7 @@ STATUS: dict[str, Any] = {
     "estimates": RELEASE,
     # a private search's best trial (run/private_search.py): its settings are configuration; its
     # plan (planned from n~) and its score are releases; the number of trials is never recorded
-    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates", "sampler_seed",
+    "search": {**dict.fromkeys(("protocol", "eps_covers", "repetitions", "mean", "shape", "candidates",
                                 "score_noise"), PUBLIC),
                **dict.fromkeys(("usable_candidates", "eps_trial", "noisy_val_correct", "noisy_val_rows", "noisy_val_accuracy",
                                 "noisy_feasible"), RELEASE)},
