@@ -1,3 +1,0 @@
-from raco_cli.cli.main import main
-
-raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""The command line (the only module that imports Hydra / OmegaConf)."""

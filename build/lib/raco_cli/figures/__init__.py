@@ -1,1 +1,0 @@
-"""Figures: Pareto fronts (pure functions) and plots from run records."""

@@ -1,1 +1,0 @@
-"""Mechanisms, DpEvent trees and accounting.  Knows nothing of Hydra or training loops."""

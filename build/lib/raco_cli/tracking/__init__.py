@@ -1,1 +1,0 @@
-"""Experiment records: summary.json (always) and MLflow (the only module importing mlflow)."""
