@@ -455,7 +455,10 @@ def load(
                                  "columns with the values the file holds (raco data describe FILE lists them).")
     table = df.iloc[kept].reset_index(drop=True)
     y, class_names_, group, group_names = _split_keys(draft, table, na)
-    splits = split_rows(y, group, seed=split_seed, how=split, frame=_hashed_cells(table, label, y, class_names_))
+    # the label cell as its class name only when the classes are configuration (public); while its
+    # levels are still to be estimated the interim class indices depend on every row's value
+    named = None if draft.pending.label else label
+    splits = split_rows(y, group, seed=split_seed, how=split, frame=_hashed_cells(table, named, y, class_names_))
     data = TabularData(
         name="table", X=np.zeros((len(y), 0), dtype=np.float32), y=y, group=group, feature_names=(), class_names=class_names_,
         group_names=group_names, splits=splits, source=_where(path),
@@ -466,9 +469,9 @@ def load(
 
 
 def _hashed_cells(table: pd.DataFrame, label: str | None, y: np.ndarray, class_names: Sequence[str]) -> pd.DataFrame:
-    """The cells a row's per-record split hashes: its own, the label's as its class name (so
-    Adult read through dataset=table, label "Yes"/"No" named ">50K"/"<=50K", splits as
-    dataset=adult does; a regression target stays its value)."""
+    """The cells a row's per-record split hashes: its own, the label's (``label``: None leaves it
+    as it is) as its configured class name (so Adult read through dataset=table, label "Yes"/"No"
+    named ">50K"/"<=50K", splits as dataset=adult does; a regression target stays its value)."""
     if label is None or label not in table.columns or len(class_names) < 2:
         return table
     hashed = table.copy()

@@ -432,14 +432,6 @@ def test_the_automatic_batch_size(monkeypatch, tmp_path):
     assert_same_records(first, second)
 
 
-def _record_positions(frame, cfg) -> dict[str, np.ndarray]:
-    """Each file row's split under the run's per-record split (the rows the loader keeps)."""
-    from raco_cli.data.tabular import record_split, row_hashes
-    from raco_cli.run.spec import build_run_spec
-
-    return record_split(row_hashes(frame, seed=build_run_spec(cfg).dataset.split_seed))
-
-
 @pytest.mark.parametrize("kind", ["flag=y", *(pytest.param(k, marks=pytest.mark.slow) for k in ("approved=yes", "approved=no", "sex=F", "sex=M"))])
 def test_the_neighbouring_file_through_describe_load_split_and_train(monkeypatch, tmp_path, kind):
     """The file and the file minus one row (the row that flips a type: ``flag`` is ``x`` in every
@@ -463,12 +455,19 @@ def test_the_neighbouring_file_through_describe_load_split_and_train(monkeypatch
                  "dataset.estimate_noise_multiplier=2"]
     cfg = _config(tmp_path, overrides, dataset=[])
     column, value = kind.split("=")
+
+    def train_rows(rows) -> np.ndarray:  # the file rows the loader puts in train (its own split, as the run makes it)
+        rows.to_csv(csv, index=False)
+        prepare._DATA_CACHE.clear()
+        data = _load(cfg)
+        return data.meta["file_rows"][data.splits["train"]]
+
     if column == "flag":  # the first row that lands in train once it holds the odd value
         odd = lambda r: frame.assign(flag=np.where(np.arange(len(frame)) == r, "y", "x"))  # noqa: E731
-        row = next(r for r in range(len(frame)) if r in _record_positions(odd(r), cfg)["train"])
+        row = next(r for r in range(len(frame)) if r in train_rows(odd(r)))
         frame.loc[row, "flag"] = "y"
     else:
-        row = next(r for r in _record_positions(frame, cfg)["train"] if frame.iloc[r][column] == value)
+        row = next(r for r in train_rows(frame) if frame.iloc[r][column] == value)
     frame.to_csv(csv, index=False)
     described = describe(str(csv), label="approved", sensitive=["sex"])[0]
     (conf / "people.yaml").write_text(described)

@@ -135,3 +135,28 @@ def test_a_table_read_from_a_file_and_the_file_minus_a_row(tmp_path):
     where_full = {int(i): k for k, rows in full.splits.items() for i in rows}
     where_minus = {int(i): k for k, rows in minus.splits.items() for i in rows}
     assert [where_full[i] for i in range(400) if i != 57] == [where_minus[j] for j in range(399)]
+
+
+@pytest.mark.parametrize("labels", ["configured", "private"])
+def test_a_row_with_a_new_label_value_moves_no_other_row(tmp_path, labels):
+    """The label counts in a row's hash as its configured class name (Adult read through
+    dataset=table splits as dataset=adult), but while the label's levels are still to be
+    estimated the interim classes are indices into every value of the file: a neighbour whose
+    label is a value no other row holds ('fair', sorted between 'bad' and 'good') would shift
+    them, and every row's hash with them, if they were hashed."""
+    from raco_cli.data import table
+
+    frame = _frame(400).assign(label=lambda f: np.where(f["label"] == 1, "good", "bad"))
+    frame.to_csv(tmp_path / "file.csv", index=False)
+    plus = pd.concat([frame, frame.iloc[[3]].assign(label="fair")], ignore_index=True)
+    plus.to_csv(tmp_path / "plus.csv", index=False)
+    levels = {"group": ["F", "M"], "city": ["Paris", "Lyon", "Nice"], "flag": ["x", "y"]}
+    if labels == "configured":  # the new value is outside the configured classes: its row is dropped
+        levels["label"] = ["bad", "good"]
+    kw = dict(label="label", sensitive=["group"], levels=levels, split="record", preprocessing="public",
+              bounds={"age": [0, 120], "income": [0, 1e7]})
+    if labels == "private":
+        kw["levels"] = {**levels, "label": "private"}
+    where = [{int(r): k for k, rows in data.splits.items() for r in data.meta["file_rows"][rows]}
+             for data in (table.load(path=str(tmp_path / f), **kw) for f in ("file.csv", "plus.csv"))]
+    assert all(where[1][r] == split for r, split in where[0].items())
