@@ -57,10 +57,12 @@ def test_training_with_secure_rng_is_not_reproducible_from_the_seed(synthetic):
 def test_secure_noise_is_not_reproducible_even_with_fixed_batches(synthetic, monkeypatch):
     """Fix the batches (a seeded sampler in place of the CSPRNG one): the released histograms and
     gradients of two secure runs still differ, so their noise does not come from the seed."""
-    from raco_cli.methods.sgda import core
+    from raco_cli.methods.sgda import batched, core
     from raco_cli.privacy import releases
 
-    monkeypatch.setattr(core, "sampling_generator", lambda seed, secure=False: np.random.default_rng(seed))
+    # both paths' samplers: a linear run alone trains on the batched engine (issue 57)
+    for module in (core, batched):
+        monkeypatch.setattr(module, "sampling_generator", lambda seed, secure=False: np.random.default_rng(seed))
     tapes = []
     for _ in range(2):
         with releases.recording() as tape:
