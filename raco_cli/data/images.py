@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raco_cli.data.tabular import VAL_FRACTION, label_group_strata
+from raco_cli.data.tabular import VAL_FRACTION, hash_uniforms, label_group_strata, word_hashes
 from raco_cli.errors import ConfigError
 
 ST_CLASS_NAMES = ("0-4", "5-9")
@@ -98,15 +98,13 @@ def record_pool_split(hashes: np.ndarray, pool: np.ndarray, test: np.ndarray) ->
     """train / val of ``pool`` from each row's own hash (``dataset.split=record``: a row is
     validation when ``h / 2^64 < VAL_FRACTION``, whatever the other rows) and the given test rows
     (an official test set is a per-record partition already)."""
-    u = (np.asarray(hashes, dtype=np.uint64)[pool] >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    u = hash_uniforms(np.asarray(hashes, dtype=np.uint64)[pool])
     return {"train": np.sort(pool[u >= VAL_FRACTION]), "val": np.sort(pool[u < VAL_FRACTION]), "test": np.sort(test)}
 
 
 def pixel_hashes(pixels: np.ndarray, labels: np.ndarray, *, seed: int) -> np.ndarray:
     """A uint64 hash of every image's own pixels (uint8) and label, keyed by ``seed``: the
     record of an image dataset (``dataset.split=record``)."""
-    from raco_cli.data.tabular import word_hashes
-
     flat = np.asarray(pixels, dtype=np.uint8).reshape(len(pixels), -1)
     padded = np.zeros((len(flat), -(-flat.shape[1] // 8) * 8 + 8), dtype=np.uint8)
     padded[:, : flat.shape[1]] = flat

@@ -155,7 +155,7 @@ def record_split(hashes: np.ndarray, *, test_fraction: float = TEST_FRACTION, va
             f"The dataset has {n} usable rows; at least {MIN_ROWS} are needed for the split protocol "
             "(25 % test, 15 % of the rest validation). Check the data files."
         )
-    u = (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53  # in [0, 1)
+    u = hash_uniforms(hashes)
     test = u < test_fraction
     val = ~test & (u < test_fraction + (1.0 - test_fraction) * val_fraction)
     splits = {"train": np.flatnonzero(~test & ~val), "val": np.flatnonzero(val), "test": np.flatnonzero(test)}
@@ -164,6 +164,12 @@ def record_split(hashes: np.ndarray, *, test_fraction: float = TEST_FRACTION, va
         raise DataIntegrityError(f"The per-record split of {n} rows left the {empty[0]} split empty; the table is too small for "
                                  "dataset.split=record (use more rows).")
     return splits
+
+
+def hash_uniforms(hashes: np.ndarray) -> np.ndarray:
+    """Uniform uint64 hashes as float64 in [0, 1) (their top 53 bits): the position a per-record
+    split compares with its fractions."""
+    return (np.asarray(hashes, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
