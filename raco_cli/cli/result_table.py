@@ -39,7 +39,7 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
     if "dp_gap" in test and "dp" not in (test.get("constraints") or {}):
         lines.append(f"  test DP gap (hard)   {test['dp_gap']:.4f}   (not constrained)")
     lines += constraint_lines(test)
-    if summary.get("margins"):
+    if summary.get("margins") and summary.get("confidence") is not None:  # claimed only when supported (constraints/margin.py)
         m = max(summary["margins"].values())
         lines.append(f"  confidence           {summary['confidence']:g}   (trained and selected against gamma - {m:.4f} to meet gamma on new "
                      f"data of the test split's size w.p. >= {summary['confidence']:g})")

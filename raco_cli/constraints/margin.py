@@ -218,3 +218,34 @@ def margins(cons: ConstraintSet, cell_rows: np.ndarray, *, confidence: float, si
         idx = list(stat.members)
         margin[idx], z[idx] = _margin(float(np.sqrt(var[idx].max())), delta, stat.half_width)
     return Margins(confidence=confidence, margin=margin, subset_rows=cons.membership @ rows, z=z)
+
+
+def claimed_confidence(confidence: float | None, margins: Margins | None, *, feasible: bool | None,
+                       selection: str) -> tuple[float | None, str | None]:
+    """The confidence a run may print and record, with the reason when it may not: a margin
+    only turns into "meets gamma on new data w.p. >= c" for a released model that met its
+    training target ``gamma - m`` (the margin assumes ``G <= gamma - m``, module docstring).
+    So no claim when the training-side signal of the released model is infeasible or absent,
+    and none under ``selection=average``: its signal averages the iterates' rates, which is not
+    the averaged model's rate (a linear model's rates are not linear in its weights).
+
+    >>> claimed_confidence(0.9, None, feasible=True, selection="best_feasible")
+    (None, None)
+    >>> m = Margins(confidence=0.9, margin=np.array([0.02]), subset_rows=np.ones(1), z=np.ones(1))
+    >>> claimed_confidence(0.9, m, feasible=True, selection="best_feasible")
+    (0.9, None)
+    >>> claimed_confidence(0.9, m, feasible=False, selection="best_feasible")[0] is None
+    True
+    """
+    if margins is None or confidence is None:
+        return None, None
+    m = float(np.max(margins.margin)) if margins.margin.size else 0.0
+    if selection == "average":
+        return None, (f"trained against gamma - {m:.4f}, but selection=average's signal averages the iterates' rates, "
+                      "not the averaged model's: no confidence claimed; use method.selection=best_feasible")
+    if feasible is None:
+        return None, f"trained against gamma - {m:.4f}, but no training-side signal measured the released model: no confidence claimed"
+    if not feasible:
+        return None, (f"trained against gamma - {m:.4f}, but the released model missed that target on the training side: "
+                      "no confidence claimed; more steps, a larger eps or a looser constraint.gamma may reach it")
+    return confidence, None

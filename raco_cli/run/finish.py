@@ -34,6 +34,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     """
     import torch
 
+    from raco_cli.constraints.margin import claimed_confidence
     from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant
@@ -62,6 +63,12 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     requested = prep.requested if prep.requested is not None else cons
     metrics, last_metrics = (requested_metrics(m, requested) for m in (rec.metrics, result.history[-1].metrics))
     satisfied = summary_mod.released_model_satisfied(metrics)
+    # the confidence a margin supports only for a released model that met gamma - m in training
+    # (its raw record: the training targets, not the requested gammas)
+    confidence, confidence_note = claimed_confidence(
+        spec.constraint.confidence, prep.margins, feasible=summary_mod.training_signal({"metrics": rec.metrics}),
+        selection=pplan.spec.selection,
+    )
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
@@ -101,9 +108,9 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "satisfied": satisfied,
         "metrics": metrics,
         "last_metrics": last_metrics,
-        "confidence": spec.constraint.confidence if prep.margins is not None else None,
+        "confidence": confidence,
         "margins": None if prep.margins is None else {n: float(m) for n, m in zip(cons.names, prep.margins.margin)},
-        "confidence_note": prep.confidence_note,
+        "confidence_note": confidence_note or prep.confidence_note,
         "lambda": result.lam,
         "hyperparameters": spec_dict(pplan.spec),
         "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},

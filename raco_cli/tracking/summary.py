@@ -33,11 +33,14 @@ sampling           independent | shared
 seed, seeds        run seed and the derived init / sampling / noise / selection /
                    preprocessing / size seeds (all but init: null with secure_rng, the
                    default under scope=model)
-confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied, else null
+confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied and the
+                   released model met its training target gamma - m on the training side (the claim
+                   a margin supports: raco_cli/constraints/margin.py ``claimed_confidence``), else null
 margins            (added in v1, optional) constraint name -> its generalisation margin m_j: the run
                    trained and selected against gamma_j - m_j (raco_cli/constraints/margin.py)
-confidence_note    (added in v1, optional) why ``constraint.confidence=auto`` applied no margin (the
-                   data cannot support it), else null
+confidence_note    (added in v1, optional) why no confidence is claimed: ``constraint.confidence=auto``
+                   applied no margin (the data cannot support it), or the released model missed its
+                   margined training target, or selection=average; else null
 tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
@@ -122,11 +125,12 @@ STATUS: dict[str, Any] = {
         ("schema_version", "method", "dataset", "constraint", "constraints", "gamma", "constraint_gammas",
          "constraint_families", "partition_cells", "eps_target", "eps_spent", "delta", "private", "event", "steps",
          "sampling", "seed", "seeds", "secure_rng", "selection", "hyperparameters", "config_hash", "device", "mlflow",
-         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on", "confidence"),
+         "privacy_scope", "preprocessing", "predictor", "rho_target", "rho_spent", "task", "tuned_on"),
         PUBLIC,
     ),
-    # constraint.confidence: computed from the released cell counts (scope=model)
-    "margins": RELEASE, "confidence_note": RELEASE,
+    # constraint.confidence: computed from the released cell counts (scope=model); the claim from
+    # the released model's training signal (the noisy histograms)
+    "margins": RELEASE, "confidence_note": RELEASE, "confidence": RELEASE,
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)

@@ -48,7 +48,11 @@ def test_a_default_run_trains_against_gamma_minus_the_margin_and_reports_the_req
 
     stdout, summary = _train(tmp_path, "constraint=dp")
     assert validate(summary) == []
-    assert summary["privacy_scope"] == "model" and summary["confidence"] == 0.9
+    assert summary["privacy_scope"] == "model"
+    # margins applied; a confidence claimed only for a released model that met gamma - m in training,
+    # and never under selection=average (auto here): its signal averages the iterates' rates
+    assert summary["selection"] == "average" and summary["confidence"] is None
+    assert "selection=average" in summary["confidence_note"]
     margins = summary["margins"]
     assert list(margins) == summary["constraints"] and all(0.0 < m < 0.25 for m in margins.values())
     assert summary["constraint_gammas"] == [0.25] * len(summary["constraints"])  # the requested gamma, not the target
@@ -62,7 +66,8 @@ def test_a_default_run_trains_against_gamma_minus_the_margin_and_reports_the_req
     assert row[0] == "dp max Gamma" and row[2] == 0.25
     assert row[3] == ("holds" if test["constraints"]["dp"]["satisfied"] else "VIOLATED")
     assert row[1] == pytest.approx(test["constraints"]["dp"]["max_hard"], abs=5e-5)
-    assert re.search(rf"^  confidence           0\.9   \(trained and selected against gamma - {max(margins.values()):.4f} ", stdout, re.M)
+    assert re.search(rf"^  confidence           none   \(trained against gamma - {max(margins.values()):.4f}, but selection=average", stdout, re.M)
+    assert "w.p. >=" not in stdout
     assert re.search(r"^  training signal      noisy histograms at the training target: (feasible|infeasible) \(a training-side "
                      r"signal, not a test result\)$", stdout, re.M)
 
@@ -76,7 +81,7 @@ def test_every_constrained_family_gets_its_own_row(tmp_path):
     for (_, value, gamma, verdict), exact in zip(rows, values):
         assert gamma == 0.45 and value == pytest.approx(exact, abs=5e-5)
         assert verdict == ("holds" if exact <= 0.45 else "VIOLATED")
-    assert summary["confidence"] == 0.9 and set(summary["margins"]) == set(summary["constraints"])
+    assert summary["confidence"] is None and set(summary["margins"]) == set(summary["constraints"])  # (selection=average)
 
 
 @pytest.mark.parametrize("extra", [["constraint.confidence=null"], ["privacy.scope=paper"]])
@@ -145,3 +150,16 @@ def test_a_bad_confidence_is_one_line(tmp_path):
     assert res.stderr.strip() == (
         "error: constraint.confidence must be auto, null or a probability in (0, 1) (got constraint.confidence=1.5); the model "
         "meets every rate constraint on new data with at least this probability (auto: 0.9 under privacy.scope=model).")
+
+
+def test_a_feasible_best_feasible_model_claims_its_confidence(tmp_path):
+    """selection=best_feasible: the confidence is claimed exactly when the released model's noisy
+    training signal met gamma - m, and the line then says so with the margin."""
+    stdout, summary = _train(tmp_path, "constraint=dp", "method.selection=best_feasible")
+    feasible = summary["metrics"]["release"]["satisfied"]
+    assert summary["margins"] and summary["confidence"] == (0.9 if feasible else None)
+    m = max(summary["margins"].values())
+    if feasible:
+        assert re.search(rf"^  confidence           0\.9   \(trained and selected against gamma - {m:.4f} ", stdout, re.M)
+    else:
+        assert re.search(rf"^  confidence           none   \(trained against gamma - {m:.4f}, but the released model missed", stdout, re.M)

@@ -69,3 +69,17 @@ def test_a_confidence_auto_that_the_data_cannot_support_is_said_in_the_table(tmp
     text = format_result({**summary, "confidence": None, "margins": None, "confidence_note": note}, tmp_path)
     assert f"  confidence           none   ({note})" in text.splitlines()
     assert "  confidence " not in format_result(summary, tmp_path)  # confidence=null: no line
+
+
+def test_a_margin_without_a_supported_claim_prints_no_confidence(tmp_path: Path):
+    """Margins applied but the released model missed gamma - m in training (issue 61: the table
+    printed "confidence 0.9 ... w.p. >= 0.9" beside "training signal ... infeasible"): the table
+    says why no confidence is claimed and never prints the probability."""
+    note = "trained against gamma - 0.0243, but the released model missed that target on the training side: no confidence claimed"
+    summary = {**_summary({"a": 0.3, "b": 0.31}, {"a": 900, "b": 800}), "margins": {"dp": 0.0243}, "confidence": None,
+               "confidence_note": note}
+    text = format_result(summary, tmp_path)
+    assert f"  confidence           none   ({note})" in text.splitlines()
+    assert "w.p. >=" not in text
+    claimed = format_result({**summary, "confidence": 0.9, "confidence_note": None}, tmp_path)
+    assert "  confidence           0.9   (trained and selected against gamma - 0.0243" in claimed

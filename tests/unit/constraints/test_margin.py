@@ -355,3 +355,19 @@ def test_dual_auto_reads_hard_rates_when_a_margin_applies():
         assert unmargined.margins is None and unmargined.plan.spec.dual == "soft"
     explicit, _ = _prepare("method.dual=soft")
     assert explicit.margins is not None and not explicit.spec.auto_dual and explicit.plan.spec.dual == "soft"
+
+
+def test_a_confidence_is_claimed_only_for_a_model_that_met_its_margined_training_target():
+    """``claimed_confidence``: the margin's "w.p. >= c" assumes the released model met gamma - m
+    (module docstring); an infeasible or absent training signal, or selection=average (its signal
+    averages the iterates' rates, not the averaged model's), claims nothing and says why."""
+    from raco_cli.constraints.margin import Margins, claimed_confidence
+
+    m = Margins(confidence=0.9, margin=np.array([0.01, 0.03]), subset_rows=np.ones(2), z=np.ones(2))
+    assert claimed_confidence(0.9, m, feasible=True, selection="best_feasible") == (0.9, None)
+    assert claimed_confidence(0.9, m, feasible=True, selection="last") == (0.9, None)
+    for feasible, selection, reason in ((False, "best_feasible", "missed that target"), (None, "last", "no training-side signal"),
+                                        (True, "average", "selection=average")):
+        claim, note = claimed_confidence(0.9, m, feasible=feasible, selection=selection)
+        assert claim is None and reason in note and "gamma - 0.0300" in note
+    assert claimed_confidence(None, None, feasible=True, selection="best_feasible") == (None, None)
