@@ -32,9 +32,13 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         lines = [f"{summary['method']} on {summary['dataset']} (regression)", f"  test MSPE            {test['mspe']:.4f}"]
         lines += [f"  test MSPE {group:<10} {'-' if v is None else f'{v:.4f}'}" for group, v in test["group_mspe"].items()]
         return "\n".join(lines + _privacy_lines(summary, run_dir))
+    majority = majority_rate(summary)
+    baseline = "" if majority is None else f"   (predicting the majority class {majority[0]} everywhere: {majority[1]:.4f})"
+    headline, later = split_warnings(warning_lines(summary))
     lines = [
         f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
-        f"  test accuracy        {test['accuracy']:.4f}",
+        *headline,  # a near-constant model or one below the majority rate: said before any number
+        f"  test accuracy        {test['accuracy']:.4f}{baseline}",
     ]
     if "dp_gap" in test and "dp" not in (test.get("constraints") or {}):
         lines.append(f"  test DP gap (hard)   {test['dp_gap']:.4f}   (not constrained)")
@@ -51,10 +55,34 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         lines.append(f"  training signal      noisy histograms at the training target: {shown} (a training-side signal, not a test result)")
     elif signal is not None:
         lines.append(f"  training constraint  {'satisfied' if signal else 'violated'} on the training split (exact)")
-    return "\n".join(lines + _privacy_lines(summary, run_dir) + warning_lines(summary))
+    return "\n".join(lines + _privacy_lines(summary, run_dir) + later)
 
 
 NEAR_CONSTANT = 0.02  # a predicted positive rate this close to 0 or 1 in every group: a (near-)constant model
+#: the warnings that say the numbers below them are not a useful model: the table's first lines
+HEADLINE_WARNINGS = ("a near-constant model", "worse than a constant")
+
+
+def split_warnings(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(:data:`HEADLINE_WARNINGS` lines, the others) of :func:`warning_lines`."""
+    head = [w for w in lines if any(key in w for key in HEADLINE_WARNINGS)]
+    return head, [w for w in lines if w not in head]
+
+
+def majority_rate(summary: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(the test split's most frequent class, its share): the accuracy of the constant model a
+    released model must beat (``label_counts.test``, an evaluation on the test split); None
+    when the summary has no label counts (regression, older records)."""
+    counts = (summary.get("label_counts") or {}).get("test") or {}
+    n = sum(counts.values())
+    if n <= 0:
+        return None
+    majority = max(counts, key=lambda k: counts[k])
+    return str(majority), counts[majority] / n
+
+
+def _against(found: tuple[str, float] | None) -> str:
+    return "" if found is None else f"; predicting class {found[0]} everywhere scores {found[1]:.4f}"
 
 
 def warning_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -65,17 +93,15 @@ def warning_lines(summary: Mapping[str, Any]) -> list[str]:
     small to measure a rate to within gamma (95 % half-width 1.96 * 0.5 / sqrt(n) > gamma)."""
     test = summary["metrics"]["test"]
     out = []
+    accuracy, found = test.get("accuracy"), majority_rate(summary)
     rates = [r for r in (test.get("group_positive_rate") or {}).values() if r is not None]
     if rates and (max(rates) <= NEAR_CONSTANT or min(rates) >= 1 - NEAR_CONSTANT):
         which = "negative" if max(rates) <= NEAR_CONSTANT else "positive"
         out.append(f"  warning              the released model predicts the {which} class for >= {1 - NEAR_CONSTANT:.0%} of every test "
-                   "group (a near-constant model: its DP gap is ~0 by construction); try a larger eps, a looser constraint.gamma, "
+                   f"group (a near-constant model: its DP gap is ~0 by construction{_against(found)}); try a larger eps, a looser constraint.gamma, "
                    "more training rows or method.lr (docs/your-own-data.md)")
-    counts = (summary.get("label_counts") or {}).get("test") or {}
-    accuracy, n = test.get("accuracy"), sum(counts.values())
-    if isinstance(accuracy, (int, float)) and n > 0:
-        majority = max(counts, key=lambda k: counts[k])
-        base = counts[majority] / n
+    if isinstance(accuracy, (int, float)) and found is not None:
+        majority, base = found
         if accuracy < base:
             out.append(f"  warning              test accuracy {accuracy:.4f} is below {base:.4f}, the accuracy of predicting the most "
                        f"frequent class ({majority}) for every test row: the released model is worse than a constant; try a larger "

@@ -83,3 +83,16 @@ def test_a_margin_without_a_supported_claim_prints_no_confidence(tmp_path: Path)
     assert "w.p. >=" not in text
     claimed = format_result({**summary, "confidence": 0.9, "confidence_note": None}, tmp_path)
     assert "  confidence           0.9   (trained and selected against gamma - 0.0243" in claimed
+
+
+def test_a_near_constant_model_is_said_before_any_number_with_the_majority_rate(tmp_path: Path):
+    """Issue 61: a near-constant model must not be presented as a result; the table's first line
+    after the title says so, with the constant model's accuracy a user compares to."""
+    summary = {**_summary({"a": 0.004, "b": 0.0}, {"a": 9000, "b": 8000}), "label_counts": {"test": {"0": 760, "1": 240}}}
+    lines = format_result(summary, tmp_path).splitlines()
+    assert "near-constant model" in lines[1] and "predicting class 0 everywhere scores 0.7600" in lines[1]
+    assert "worse than a constant" in lines[2]  # accuracy 0.56 < 0.76: the second headline warning
+    assert lines[3] == "  test accuracy        0.5600   (predicting the majority class 0 everywhere: 0.7600)"
+    assert sum("near-constant" in line for line in lines) == 1  # said once, at the top
+    useful = {**_summary({"a": 0.3, "b": 0.28}, {"a": 9000, "b": 8000}), "label_counts": {"test": {"0": 500, "1": 500}}}
+    assert format_result(useful, tmp_path).splitlines()[1].startswith("  test accuracy ")
