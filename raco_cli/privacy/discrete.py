@@ -125,6 +125,11 @@ def uniform_below(m: torch.Tensor, source: NoiseSource) -> torch.Tensor:
     m = m.to(torch.int64)
     if m.numel() and (int(m.min()) < 1 or int(m.max()) >= _WORDS):
         raise ValueError(f"uniform_below needs 1 <= m < 2**{WORD_BITS}")
+    return _uniform_below(m, source)
+
+
+def _uniform_below(m: torch.Tensor, source: NoiseSource) -> torch.Tensor:
+    """:func:`uniform_below` without the range check (the samplers' own ranges are in range)."""
     flat = m.reshape(-1)
     limit = (_WORDS // flat) * flat
     out = torch.zeros_like(flat)
@@ -148,7 +153,7 @@ def _bernoulli_exp_fraction(n: torch.Tensor, d: torch.Tensor, source: NoiseSourc
     pending = torch.arange(n.numel(), device=n.device)
     while pending.numel():
         dk = d[pending] * K[pending]
-        a = uniform_below(dk, source) < n[pending]
+        a = _uniform_below(dk, source) < n[pending]
         K[pending[a]] += 1
         pending = pending[a]
     return K % 2 == 1
@@ -164,6 +169,11 @@ def bernoulli_exp(n: torch.Tensor, d: torch.Tensor, source: NoiseSource) -> torc
     n, d = n.reshape(-1).to(_device(source)), d.reshape(-1).to(_device(source))
     if n.numel() and (int(n.min()) < 0 or int(d.min()) < 1):
         raise ValueError("bernoulli_exp needs n >= 0 and d >= 1")
+    return _bernoulli_exp(n, d, source).reshape(shape)
+
+
+def _bernoulli_exp(n: torch.Tensor, d: torch.Tensor, source: NoiseSource) -> torch.Tensor:
+    """:func:`bernoulli_exp` of 1-D int64 tensors on the source's device, without the checks."""
     whole, rest = n // d, n % d
     result = torch.ones(n.shape, dtype=torch.bool, device=n.device)
     done = torch.zeros_like(whole)  # Bernoulli(exp(-1)) drawn so far, all 1
@@ -178,7 +188,7 @@ def bernoulli_exp(n: torch.Tensor, d: torch.Tensor, source: NoiseSource) -> torc
     last = torch.nonzero(result).reshape(-1)
     if last.numel():
         result[last] = _bernoulli_exp_fraction(rest[last], d[last], source)
-    return result.reshape(shape)
+    return result
 
 
 def _bernoulli_exp_int(n: int, d: int, source: NoiseSource) -> bool:
@@ -240,11 +250,11 @@ def discrete_laplace(shape: tuple[int, ...], t: int, source: NoiseSource) -> tor
     while pending.numel():
         k = pending.numel()
         tt = torch.full((k,), t, dtype=torch.int64, device=device)
-        U = uniform_below(tt, source)
-        D = bernoulli_exp(U, tt, source)
+        U = _uniform_below(tt, source)
+        D = _bernoulli_exp(U, tt, source)
         U, idx = U[D], pending[D]
         X = U + t * _geometric(idx.numel(), source)
-        B = uniform_below(torch.full((idx.numel(),), 2, dtype=torch.int64, device=device), source)
+        B = _uniform_below(torch.full((idx.numel(),), 2, dtype=torch.int64, device=device), source)
         ok = ~((B == 1) & (X == 0))
         out[idx[ok]] = ((1 - 2 * B) * X)[ok]
         accepted = torch.zeros(k, dtype=torch.bool, device=device)
@@ -278,7 +288,7 @@ def discrete_gaussian(shape: tuple[int, ...], sigma: int, source: NoiseSource) -
         accept = torch.zeros(k, dtype=torch.bool, device=device)
         safe = torch.nonzero(small).reshape(-1)
         if safe.numel():
-            accept[safe] = bernoulli_exp(a[safe] * a[safe], torch.full((safe.numel(),), denominator, dtype=torch.int64, device=device), source)
+            accept[safe] = _bernoulli_exp(a[safe] * a[safe], torch.full((safe.numel(),), denominator, dtype=torch.int64, device=device), source)
         for i in torch.nonzero(~small).reshape(-1).tolist():  # practically never: see _bernoulli_exp_int
             accept[i] = _bernoulli_exp_int(int(a[i]) ** 2, denominator, source)
         out[pending[accept]] = Y[accept]

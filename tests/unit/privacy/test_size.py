@@ -20,15 +20,20 @@ from raco_cli.privacy.size import dp_size, noisy_count, size_event
 def test_count_noise_is_the_discrete_gaussian_of_the_planned_scale():
     """Monte Carlo: n~ - n is an integer of std sigma_Z = discrete_gaussian_for(sigma) = 21 at
     sigma = 20 (the discrete Gaussian GaussianDpEvent(20) covers, raco_cli/privacy/discrete.py)
-    and mean ~0; a count without noise (or with another scale) fails."""
+    and mean ~0; a count without noise (or with another scale) fails.  3000 draws: the std's
+    relative se is 1.3 %."""
     assert discrete_gaussian_for(20.0) == 21
     g = torch.Generator().manual_seed(0)
-    draws = np.array([noisy_count(10_000, 20.0, g) - 10_000 for _ in range(4000)])
+    draws = np.array([noisy_count(10_000, 20.0, g) - 10_000 for _ in range(3000)])
     assert all(isinstance(noisy_count(10_000, 20.0, g), int) for _ in range(3))
-    assert draws.std() == pytest.approx(21.0, rel=0.05)
-    assert abs(draws.mean()) < 4 * 21.0 / np.sqrt(4000)
-    secure = np.array([noisy_count(10_000, 20.0, SecureNoise()) - 10_000 for _ in range(2000)])
-    assert secure.std() == pytest.approx(21.0, rel=0.08)
+    assert draws.std() == pytest.approx(21.0, rel=0.06)
+    assert abs(draws.mean()) < 4 * 21.0 / np.sqrt(3000)
+
+
+def test_secure_count_noise_has_the_same_scale():
+    """The same with SecureNoise (os.urandom, unseeded): 1500 draws, 5 standard errors."""
+    secure = np.array([noisy_count(10_000, 20.0, SecureNoise()) - 10_000 for _ in range(1500)])
+    assert secure.std() == pytest.approx(21.0, rel=0.09)
 
 
 def test_a_huge_count_noise_has_the_discrete_gaussians_variance():
