@@ -34,7 +34,8 @@ this exactly as one subsampled Gaussian with ``sigma = (sigma_theta^-2 + sigma_W
 Group proportions p_r are a function of the private data.  By default
 (``options.group_proportions: private``) they are released once, before training, as a
 Gaussian noisy count histogram (l2 sensitivity 1 under add/remove: one record changes one
-count by 1; noise multiplier ``options.count_noise_multiplier``), clamped to
+count by 1; noise multiplier ``options.count_noise_multiplier``; the noise is the exact integer
+discrete Gaussian of :mod:`raco_cli.privacy.discrete`, which that Gaussian covers), clamped to
 ``options.count_floor`` and normalised; that release is in the event tree::
 
     Composed[Gaussian(sigma_count), SelfComposed(PoissonSampled(q, Composed[G(sigma_theta), G(sigma_W)]), T)]
@@ -71,6 +72,7 @@ from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read
 from raco_cli.methods.gradients import LinearEngine, engine_for, row_softmax
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import events, releases
+from raco_cli.privacy.discrete import discrete_gaussian, discrete_gaussian_for
 from raco_cli.privacy.mechanisms import (
     NoiseSource,
     gaussian_noise,
@@ -175,13 +177,16 @@ def group_proportions(
 ) -> tuple[np.ndarray, int]:
     """Group proportions p_r and the number of releases it took (0 or 1).
 
-    ``private``: counts + N(0, sigma_count^2) (l2 sensitivity 1), clamped to ``count_floor``,
-    normalised.  A list: the user's public proportions, normalised.
+    ``private``: counts + N_Z(0, sigma_Z^2), exact integer noise of the discrete Gaussian with
+    ``sigma_Z = discrete_gaussian_for(sigma_count)`` (l2 sensitivity 1; accounted as
+    ``GaussianDpEvent(sigma_count)``, :mod:`raco_cli.privacy.discrete`), clamped to
+    ``count_floor``, normalised.  A list: the user's public proportions, normalised.
     """
     if isinstance(o["group_proportions"], str):
-        counts = torch.as_tensor(np.bincount(groups, minlength=n_groups), dtype=torch.float64)
+        counts = torch.as_tensor(np.bincount(groups, minlength=n_groups), dtype=torch.int64)
+        sigma_z = discrete_gaussian_for(o["count_noise_multiplier"])  # exact integers, covered by GaussianDpEvent(sigma)
         noisy = releases.release(
-            "group_counts", lambda: counts + gaussian_noise((n_groups,), o["count_noise_multiplier"], generator, dtype=torch.float64).cpu()
+            "group_counts", lambda: (counts + discrete_gaussian((n_groups,), sigma_z, generator).cpu()).to(torch.float64)
         )
         clamped = noisy.clamp(min=o["count_floor"]).numpy()
         return clamped / clamped.sum(), 1

@@ -5,7 +5,8 @@ composition over the (disjoint) groups.
 
 Stage 1 (paper Alg. 1; a share ``tau`` = ``options.se_share`` of the zCDP budget rho):
 
-* noisy group counts ``n~_k`` (Gaussian, l2 sensitivity 1, ``options.count_noise_multiplier``):
+* noisy group counts ``n~_k`` (Gaussian, l2 sensitivity 1, ``options.count_noise_multiplier``;
+  drawn as exact integers from the discrete Gaussian it covers, :mod:`raco_cli.privacy.discrete`):
   the paper treats the n_k as public; under add/remove they are not, so every later use of a
   group size (normalising sums, the weights n_k/n) reads these noisy counts instead;
 * a private *precursor* OLS by Analyze-Gauss (Lemma C.1): rows ``x~ = [x, 1]`` are clipped to
@@ -95,6 +96,7 @@ from raco_cli.methods.base import MethodSpec, Reporter, Seeds, TrainResult, read
 from raco_cli.methods.gradients import engine_for, loss_of, squared_error
 from raco_cli.methods.timing import StepClock
 from raco_cli.privacy import releases
+from raco_cli.privacy.discrete import discrete_gaussian, discrete_gaussian_for
 from raco_cli.privacy.mechanisms import NoiseSource, gaussian_noise, noise_source
 
 NAME = "dpse"
@@ -379,9 +381,10 @@ def fit(
 
     t0 = time.perf_counter()
     # stage 1: noisy counts (one per group: parallel), precursor (all rows), per-group SE
-    counts = torch.as_tensor(np.bincount(groups_np, minlength=k), dtype=torch.float64, device=device)
+    counts = torch.as_tensor(np.bincount(groups_np, minlength=k), dtype=torch.int64, device=device)
+    sigma_z = discrete_gaussian_for(nm["count"])  # exact integer noise, covered by GaussianDpEvent(nm["count"])
     counts = releases.release(
-        "group_counts", lambda c=counts: c + gaussian_noise((k,), nm["count"], g_noise, dtype=torch.float64).to(device)  # type: ignore[misc]
+        "group_counts", lambda c=counts: (c + discrete_gaussian((k,), sigma_z, g_noise).to(device)).to(torch.float64)  # type: ignore[misc]
     ).clamp(min=1.0)
     released("gaussian_count", range(k))
     info: dict[str, Any] = {}

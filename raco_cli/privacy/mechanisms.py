@@ -25,8 +25,10 @@ do not have the continuous distributions the proofs assume.  Their support is po
 (``mu + b * (E1 - E2)`` cannot reach every double near ``mu``, and which doubles it reaches
 depends on ``mu``), so a single output can reveal the unnoised value.  The fixes are the
 snapping mechanism (Mironov 2012) for Laplace and exact discrete samplers (discrete
-Gaussian/Laplace, Canonne, Kamath and Steinke 2020) on a fixed grid; raco implements
-neither, and ``secure_rng`` only removes the predictability of the random bits.  See the
+Gaussian/Laplace, Canonne, Kamath and Steinke 2020) on a fixed grid; raco has the exact
+discrete Gaussian for its integer counts only (:mod:`raco_cli.privacy.discrete`), the float
+releases of this module have neither, and ``secure_rng`` only removes the predictability of
+their random bits.  See the
 docs/privacy.md, section "Noise source and floating point".
 """
 

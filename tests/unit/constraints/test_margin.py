@@ -251,6 +251,8 @@ def test_the_signal_term_shrinks_with_the_window_and_grows_with_the_noise():
 
 
 def test_dp_cell_counts_add_gaussian_noise_of_sd_sigma_per_cell_and_sum_to_the_size():
+    """Exact integers: counts + the discrete Gaussian of sd sigma_Z = discrete_gaussian_for(50) = 51
+    (the scale GaussianDpEvent(50) covers, raco_cli/privacy/discrete.py), independent per cell."""
     counts = np.array([100, 2000, 30])
     gen = torch.Generator().manual_seed(3)
     draws = []
@@ -259,8 +261,9 @@ def test_dp_cell_counts_add_gaussian_noise_of_sd_sigma_per_cell_and_sum_to_the_s
         assert size == max(1, round(noisy.sum()))
         draws.append(noisy)
     draws = np.array(draws)
-    assert np.abs(draws.mean(axis=0) - counts).max() < 4 * 50 / math.sqrt(4000)
-    assert draws.std(axis=0) == pytest.approx([50.0] * 3, rel=0.05)
+    assert np.array_equal(draws, np.round(draws)) and draws.dtype == np.float64
+    assert np.abs(draws.mean(axis=0) - counts).max() < 4 * 51 / math.sqrt(4000)
+    assert draws.std(axis=0) == pytest.approx([51.0] * 3, rel=0.05)
     assert abs(np.corrcoef(draws.T)[0, 1]) < 0.06  # independent cells
 
 

@@ -6,7 +6,9 @@ first releases of each kind are read from the release tape (:mod:`raco_cli.priva
 and the empirical standard deviation across runs (the exact part is the same in every run)
 is compared with the planned one: the noise multiplier of the matching leaf of the method's
 DpEvent tree times the release's sensitivity (C for a clipped gradient sum, 1 for a count,
-...).  A release whose noise was dropped, scaled by sigma instead of sigma C, or drawn with
+...; for the integer counts, drawn from the discrete Gaussian of integer scale
+``discrete_gaussian_for(sigma)`` >= sigma that ``GaussianDpEvent(sigma)`` covers,
+:mod:`raco_cli.privacy.discrete`, that scale).  A release whose noise was dropped, scaled by sigma instead of sigma C, or drawn with
 another multiplier than the accounted one fails here; counters of releases cannot see that.
 """
 
@@ -27,6 +29,7 @@ from raco_cli.methods import dp_fermi, dpse
 from raco_cli.methods.base import NullReporter, Seeds
 from raco_cli.methods.sgda import dp_sgd, raco_dp
 from raco_cli.privacy import events, releases
+from raco_cli.privacy.discrete import discrete_gaussian_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RUNS = 80
@@ -122,7 +125,7 @@ def test_dp_fermi_count_theta_and_w_noise(small):
     cons = constraints.build("dp", n_classes=2, n_groups=small.n_groups, gamma=0.05)
     count, theta, w = _leaves(dp_fermi.run_event(spec, 0.1, 1))
     draws = first_releases(_fit(dp_fermi, small, spec, cons, 1), {"group_counts": 1, "gradient": 1, "gradient_w": 1})
-    assert_noise_std(draws["group_counts"], count.noise_multiplier * 1.0, what="group counts")
+    assert_noise_std(draws["group_counts"], discrete_gaussian_for(count.noise_multiplier) * 1.0, what="group counts")
     assert_noise_std(draws["gradient"], theta.noise_multiplier * C, what="theta gradient")
     assert_noise_std(draws["gradient_w"], w.noise_multiplier * C_w, what="W gradient")
 
@@ -139,7 +142,7 @@ def test_dpse_stage_two_noise(small):
     assert len({e.noise_multiplier for e in stage2}) == 1
     k = small.n_groups
     draws = first_releases(_fit(dpse, small, spec, cons, T), {"group_counts": 1, "group_gradient": k, "group_loss": k})
-    assert_noise_std(draws["group_counts"], count.noise_multiplier, what="group counts")
+    assert_noise_std(draws["group_counts"], discrete_gaussian_for(count.noise_multiplier), what="group counts")
     assert_noise_std(draws["group_gradient"], stage2[0].noise_multiplier * C, what="group gradient")
     assert_noise_std(draws["group_loss"], stage2[0].noise_multiplier * B, what="group loss")
 
@@ -160,7 +163,7 @@ def test_dpse_stage_one_noise(small):
     xx = draws["precursor_xx"].reshape(-1, d, d)
     np.testing.assert_allclose(xx, xx.transpose(0, 2, 1), rtol=1e-12, atol=1e-9)  # symmetric noise (Analyze Gauss)
     upper = xx[:, np.triu_indices(d)[0], np.triu_indices(d)[1]]
-    assert_noise_std(draws["group_counts"], count.noise_multiplier, what="group counts")
+    assert_noise_std(draws["group_counts"], discrete_gaussian_for(count.noise_multiplier), what="group counts")
     assert_noise_std(upper, pre_xx.noise_multiplier * U * U, what="precursor X^T X")
     assert_noise_std(draws["precursor_xy"], pre_xy.noise_multiplier * U, what="precursor X^T Y")
     assert_noise_std(draws["group_se"], se.noise_multiplier, what="residual sums")

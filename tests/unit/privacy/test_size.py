@@ -3,6 +3,8 @@ tree and the plan, and that the run uses the released count, never the exact n."
 
 from __future__ import annotations
 
+import math
+
 import dp_accounting as dpa
 import numpy as np
 import pytest
@@ -10,19 +12,39 @@ import torch
 from specs import paper_spec
 
 from raco_cli.privacy import accountant, releases
+from raco_cli.privacy.discrete import discrete_gaussian_for
 from raco_cli.privacy.mechanisms import SecureNoise
 from raco_cli.privacy.size import dp_size, noisy_count, size_event
 
 
-def test_count_noise_is_gaussian_with_the_planned_std():
-    """Monte Carlo: n~ - n has std sigma (in rows) and mean ~0; a count without noise (or with
-    another scale) fails."""
+def test_count_noise_is_the_discrete_gaussian_of_the_planned_scale():
+    """Monte Carlo: n~ - n is an integer of std sigma_Z = discrete_gaussian_for(sigma) = 21 at
+    sigma = 20 (the discrete Gaussian GaussianDpEvent(20) covers, raco_cli/privacy/discrete.py)
+    and mean ~0; a count without noise (or with another scale) fails.  3000 draws: the std's
+    relative se is 1.3 %."""
+    assert discrete_gaussian_for(20.0) == 21
     g = torch.Generator().manual_seed(0)
-    draws = np.array([noisy_count(10_000, 20.0, g) - 10_000 for _ in range(4000)])
-    assert draws.std() == pytest.approx(20.0, rel=0.05)
-    assert abs(draws.mean()) < 4 * 20.0 / np.sqrt(4000)
-    secure = np.array([noisy_count(10_000, 20.0, SecureNoise()) - 10_000 for _ in range(2000)])
-    assert secure.std() == pytest.approx(20.0, rel=0.08)
+    draws = np.array([noisy_count(10_000, 20.0, g) - 10_000 for _ in range(3000)])
+    assert all(isinstance(noisy_count(10_000, 20.0, g), int) for _ in range(3))
+    assert draws.std() == pytest.approx(21.0, rel=0.06)
+    assert abs(draws.mean()) < 4 * 21.0 / np.sqrt(3000)
+
+
+def test_secure_count_noise_has_the_same_scale():
+    """The same with SecureNoise (os.urandom, unseeded): 1500 draws, 5 standard errors."""
+    secure = np.array([noisy_count(10_000, 20.0, SecureNoise()) - 10_000 for _ in range(1500)])
+    assert secure.std() == pytest.approx(21.0, rel=0.09)
+
+
+def test_a_huge_count_noise_has_the_discrete_gaussians_variance():
+    """sigma = 3e6 (sigma_Z = 3 000 001): the variance of n~ - n is sigma_Z^2 (the clamp at 1 is
+    never reached from n = 10^9); 3000 draws, a sample variance within 5 of its standard errors."""
+    sigma_z = discrete_gaussian_for(3e6)
+    assert sigma_z == 3_000_001
+    g = torch.Generator().manual_seed(5)
+    draws = np.array([noisy_count(10**9, 3e6, g) - 10**9 for _ in range(3000)], dtype=np.float64)
+    assert draws.var() == pytest.approx(sigma_z**2, rel=5 * math.sqrt(2 / 3000))
+    assert abs(draws.mean()) < 5 * sigma_z / math.sqrt(3000)
 
 
 def test_the_count_is_at_least_one_row():
