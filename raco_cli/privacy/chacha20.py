@@ -132,6 +132,11 @@ class ChaChaStream:
     def __repr__(self) -> str:  # never the key
         return f"ChaChaStream(device={self.device})"
 
+    def __getstate__(self) -> dict:
+        """No copies and no pickles: a copy would replay the keystream, and a pickle would
+        write the key."""
+        raise TypeError("a ChaChaStream is not copied or pickled: the copy would replay its keystream (make a new one)")
+
     def words(self, n: int) -> torch.Tensor:
         """The next ``n`` keystream words, (n,) int64 holding uint32 values, on the device."""
         if self._pid != os.getpid():  # a forked child: never the parent's blocks

@@ -92,6 +92,16 @@ def test_stream_rekeys_instead_of_wrapping_the_counter():
     assert torch.equal(w[32:], chacha20.chacha20_blocks(s._key, s._nonce, torch.tensor([0])).reshape(-1))
 
 
+def test_stream_cannot_be_copied_or_pickled():
+    import copy
+    import pickle
+
+    s = ChaChaStream()
+    for dup in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="replay its keystream"):
+            dup(s)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_does_not_replay_the_parents_stream():
     """A child forked after the stream was keyed draws other words than the parent's next ones."""
