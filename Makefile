@@ -76,6 +76,9 @@ bench: $(STAMP) ## time per step on Adult, batch 512, then batched per-run cost 
 bench-celeba: $(STAMP) ## ResNet16 images/s: RaCO-DP, DP-SGD vs SGD on one device (ARGS="--image-size 64 --dataset celeba")
 	$(BIN)/python -m raco_cli.bench_images $(ARGS)
 
+bench-noise: $(STAMP) ## ResNet16's secure noise step: old host/numpy path vs the current one (ARGS="--threads 1 --chacha")
+	$(BIN)/python -m raco_cli.bench_noise $(ARGS)
+
 sweep-%: $(STAMP) ## run a paper sweep: make sweep-fig4_adult [SMOKE=1] [ARGS=...]
 	$(RACO) train +sweep=$* $(if $(SMOKE),hydra.sweeper.smoke=true) $(ARGS)
 
@@ -150,4 +153,4 @@ ui: $(STAMP) ## MLflow UI on the embedded store (http://127.0.0.1:5000)
 clean-outputs: ## delete outputs/ (runs, MLflow store, figures)
 	rm -rf outputs
 
-.PHONY: help install train test reproduce dro-noise test-mutants test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba figures ui clean-outputs
+.PHONY: help install train test reproduce dro-noise test-mutants test-slow test-trust audit test-gpu test-slurm test-all lint typecheck data bench bench-celeba bench-noise figures ui clean-outputs

@@ -1,7 +1,9 @@
 """Draws from the operating system's CSPRNG (``os.urandom``, the source behind ``secrets``),
-the one path of every secret random choice: the private noise and batches
+the one host-side path of every secret random choice: the private batches and the CPU's noise
 (:mod:`raco_cli.privacy.mechanisms`) and the private search's number of trials K, candidates and
-trial seeds (:mod:`raco_cli.run.private_search`).
+trial seeds (:mod:`raco_cli.run.private_search`).  The noise of an accelerator is drawn on the
+device instead, from a ChaCha20 stream keyed with ``os.urandom`` bytes
+(:mod:`raco_cli.privacy.chacha20`).
 
 A PRNG merely *seeded* from ``os.urandom`` (numpy's PCG64) would not do: its state can be
 reconstructed from its outputs, after which every other draw (K, say, from the released trial's

@@ -28,7 +28,7 @@ PACKAGE = "raco_cli"
 # The layers, top to bottom (docs/architecture.md has the same table): a module belongs to the
 # layer of its longest listed prefix (the package itself, ``raco_cli/__init__.py``, only by name).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tools", ("raco_cli.__main__", "raco_cli.bench", "raco_cli.bench_images")),
+    ("tools", ("raco_cli.__main__", "raco_cli.bench", "raco_cli.bench_images", "raco_cli.bench_noise")),
     ("python interface", ("raco_cli.api", "raco_cli.estimator")),
     ("command line", ("raco_cli.cli",)),
     ("run", ("raco_cli.run",)),

@@ -126,3 +126,107 @@ def test_secure_rng_records_no_sampling_seed(tmp_path):
     assert secure["seeds"]["sampling"] is None and secure["seeds"]["noise"] is None and secure["seeds"]["selection"] is None
     plain = train_mod.train(compose_config([*overrides, "privacy.secure_rng=false"]), run_dir=tmp_path / "p")
     assert isinstance(plain["seeds"]["sampling"], int)
+
+
+def _chacha_source(device="cpu"):
+    """A SecureNoise drawing from a ChaCha20 stream on ``device`` (what it does on an
+    accelerator), here also on the CPU."""
+    return SecureNoise(device, chacha=True)
+
+
+@pytest.mark.parametrize("kind", ["urandom", "chacha"])
+def test_secure_uniforms_have_53_random_bits_and_normals_are_standard(kind):
+    """Both sources of SecureNoise (os.urandom on the CPU, ChaCha20 on accelerators): uniforms
+    (k + 0.5) / 2**53 of 53-bit integers k whose lowest and highest bits are fair, normals from
+    both Box-Muller outputs N(0, 1), exponentials Exp(1)."""
+    from raco_cli.privacy.mechanisms import secure_exponentials, secure_normals
+
+    src = SecureNoise() if kind == "urandom" else _chacha_source()
+    assert (src._stream is None) == (kind == "urandom")
+    u = src.uniform((3, 40_000)).flatten()
+    assert u.dtype == torch.float64 and float(u.min()) > 0 and float(u.max()) < 1
+    # below 1/2, (k + 0.5) / 2**53 is exact: k's 53 bits, the lowest fair; above it a double has
+    # 52 bits after the point, so k + 0.5 rounds to an even integer (the mapping as it always was)
+    low, high = u[u < 0.5] * 2.0**53 - 0.5, u[u >= 0.5] * 2.0**53
+    assert torch.equal(low, low.floor()) and torch.equal(high % 2, torch.zeros_like(high))
+    assert abs(float((low % 2).mean()) - 0.5) < 0.01 and abs(len(low) / len(u) - 0.5) < 0.01
+    assert abs(float((low >= 2.0**51).double().mean()) - 0.5) < 0.01  # the top bit below 1/2
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-4
+    z = secure_normals(src, (), 100_001)
+    assert z.shape == (100_001,) and z.dtype == torch.float64
+    h = 50_001
+    for half in (z[:h], z[h:]):  # the cos outputs and the sin outputs, each N(0, 1)
+        assert stats.kstest(half.numpy(), "norm").pvalue > 1e-4
+    assert abs(np.corrcoef(z[: h - 1].numpy(), z[h:].numpy())[0, 1]) < 0.02
+    e = secure_exponentials(src, (2, 50_000))
+    assert stats.kstest(e.flatten().numpy(), "expon").pvalue > 1e-4
+
+
+@pytest.mark.parametrize("kind", ["urandom", "chacha"])
+def test_two_secure_sources_are_independent(kind):
+    make = SecureNoise if kind == "urandom" else _chacha_source
+    a, b = gaussian_noise((50_000,), 1.0, make(), dtype=torch.float64), gaussian_noise((50_000,), 1.0, make(), dtype=torch.float64)
+    assert not torch.equal(a, b)
+    assert abs(np.corrcoef(a.numpy(), b.numpy())[0, 1]) < 0.025
+    assert stats.kstest(a.numpy(), b.numpy()).pvalue > 1e-4
+
+
+def test_cpu_secure_draws_transform_the_same_uniforms_as_numpy(monkeypatch):
+    """On the CPU the bytes of os.urandom reach the same uniforms as the host path (bit for bit)
+    and the torch Box-Muller / -log U give numpy's values up to the last bits of log/cos/sin."""
+    from raco_cli.privacy import mechanisms
+    from raco_cli.privacy.mechanisms import secure_exponentials, secure_normals
+
+    def replay():
+        rng = np.random.default_rng(5)
+        monkeypatch.setattr(mechanisms.os, "urandom", lambda k: rng.bytes(k))
+
+    src = SecureNoise()
+    replay()
+    u = src.uniform((2, 1001)).numpy()
+    replay()
+    assert np.array_equal(u, src.host_uniform((2, 1001)))
+    for n in (1, 2001, 2002):
+        replay()
+        z = secure_normals(src, (), n).numpy()
+        replay()
+        v = src.host_uniform((2, (n + 1) // 2))
+        r, angle = np.sqrt(-2.0 * np.log(v[0])), 2.0 * np.pi * v[1]
+        np.testing.assert_allclose(z, np.concatenate([r * np.cos(angle), r * np.sin(angle)])[:n], rtol=1e-13, atol=1e-15)
+    replay()
+    g = gaussian_noise((3, 7), 2.5, src)
+    replay()
+    assert g.dtype == torch.float32 and torch.equal(g, (2.5 * secure_normals(src, (), 21)).reshape(3, 7).float())
+    replay()
+    e = secure_exponentials(src, (2, 500)).numpy()
+    replay()
+    np.testing.assert_allclose(e, -np.log(src.host_uniform((2, 500))), rtol=1e-14)
+
+
+@pytest.mark.gpu
+def test_secure_noise_on_cuda_draws_from_a_chacha_stream_on_the_device():
+    src = noise_source(0, "cuda", secure=True)
+    assert isinstance(src, SecureNoise) and src._stream is not None and src._stream.device.type == "cuda"
+    g = gaussian_noise((10_000,), 1.0, src)
+    lap = laplace_noise((10_000,), 1.0, src)
+    assert g.device.type == "cuda" and lap.device.type == "cuda" and src._stream._key.device.type == "cuda"
+    assert stats.kstest(g.cpu().numpy(), "norm").pvalue > 1e-4
+
+
+@pytest.mark.parametrize("lead", [(), (3,)])
+def test_box_muller_of_the_cpu_and_the_accelerator_path_agree(lead):
+    """The accelerator's all-torch Box-Muller, run here on CPU tensors, equals the CPU's
+    numpy/torch one on the same uniforms up to the last bit (torch's vectorised CPU sqrt is
+    not correctly rounded); a scalar draw works."""
+    from raco_cli.privacy.mechanisms import _box_muller_
+
+    u = SecureNoise().uniform((*lead, 2, 5001))
+    outs = []
+    for numpy_arithmetic in (True, False):
+        z = torch.empty((*lead, 10_002), dtype=torch.float64)
+        _box_muller_(u.clone(), z, numpy_arithmetic=numpy_arithmetic)
+        outs.append(z)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-15, atol=0.0)
+    assert torch.isfinite(outs[0]).all()
+    g = gaussian_noise((), 1.0, SecureNoise())
+    assert g.shape == () and g.dtype == torch.float32 and torch.isfinite(g)
