@@ -403,6 +403,7 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     """
     from raco_cli.constraints.margin import Signal, margins
     from raco_cli.errors import UnsupportedError
+    from raco_cli.privacy.discrete import discrete_gaussian_for
 
     confidence = spec.constraint.confidence
     assert confidence is not None
@@ -414,7 +415,8 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
     rows = cell_rows
     signal = None
     if released:  # DP counts: two noise sds lower (a smaller n gives a larger margin), and the noisy signal
-        rows = np.maximum(cell_rows - 2.0 * spec.size_noise_multiplier, 1.0)
+        # (the counts' noise is the discrete Gaussian of sd discrete_gaussian_for(sigma): privacy/size.py)
+        rows = np.maximum(cell_rows - 2.0 * discrete_gaussian_for(spec.size_noise_multiplier), 1.0)
         # the feasibility signal's window: the steps around a checkpoint (best_feasible), or the
         # averaged second half of training (selection=average)
         window = pplan.steps // 2 if pplan.spec.selection == "average" else 2 * pplan.spec.eval_every
@@ -428,7 +430,8 @@ def with_margins(spec: RunSpec, method: Any, pplan: Any, cons: Any, cell_rows: n
         if released:  # the released counts, and what the margin assumed of them
             sigma = spec.size_noise_multiplier
             rows_said = (f"about {smallest} training rows in the smallest subset (a DP estimate; the margin takes each cell "
-                         f"{2 * sigma:g} rows lower, 2 noise sds of privacy.size_noise_multiplier={sigma:g}, and at least 1)")
+                         f"{2 * discrete_gaussian_for(sigma):g} rows lower, 2 noise sds of privacy.size_noise_multiplier={sigma:g}, "
+                         "and at least 1)")
         else:
             rows_said = f"{smallest} training rows in the smallest subset"
         looser = math.ceil(float(found.margin.max()) * 100 + 1e-9) / 100  # rounded up: a gamma that passes

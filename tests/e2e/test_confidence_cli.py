@@ -119,11 +119,11 @@ def test_an_impossible_confidence_exits_2_with_one_line_and_no_store(tmp_path):
                cwd=tmp_path)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    # about 120 training rows per group: the counts lowered by 2 noise sds (100 rows) leave about 20 rows a group, a
+    # about 120 training rows per group: the counts lowered by 2 noise sds (102 rows: the discrete Gaussian sd 51) leave about 20 rows a group, a
     # margin above 1, which no gamma of a rate gap can absorb: the message does not suggest one
     assert re.fullmatch(
         r"error: constraint\.confidence=0\.9 cannot be met for dp\[group=\d,class=\d\]: its rates need a margin of \d+\.\d{3} > "
-        r"gamma=0\.02 with about \d+ training rows in the smallest subset \(a DP estimate; the margin takes each cell 100 rows "
+        r"gamma=0\.02 with about \d+ training rows in the smallest subset \(a DP estimate; the margin takes each cell 102 rows "
         r"lower, 2 noise sds of privacy\.size_noise_multiplier=50, and at least 1\)\. Use a lower constraint\.confidence "
         r"\(e\.g\. 0\.5\), more data, or a larger eps; constraint\.confidence=null trains against gamma itself\.", res.stderr.strip())
     assert not db.exists()
