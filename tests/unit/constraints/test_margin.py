@@ -303,8 +303,9 @@ def _prepare(*extra, tape=None):
 
 
 def test_scope_model_margins_read_the_released_cell_counts_two_sds_lower():
-    """The margins and n~ come from the tape's cell counts (the DP release), lowered by
-    2 * privacy.size_noise_multiplier per cell: a planted release, far from the exact counts,
+    """The margins and n~ come from the tape's cell counts (the DP release), lowered by two sds
+    of their noise per cell (the discrete Gaussian's sd 51 at privacy.size_noise_multiplier = 50,
+    privacy/size.py): a planted release, far from the exact counts,
     moves them; the exact counts never do."""
     prep, tape = _prepare()
     assert prep.spec.scope == "model" and prep.spec.constraint.confidence == 0.9
@@ -317,7 +318,7 @@ def test_scope_model_margins_read_the_released_cell_counts_two_sds_lower():
     assert sigma == 50.0
     # the planned tree charges the cell counts once, as the Gaussian of sensitivity 1 at sigma
     assert str(replayed.plan.event).count(str(size_event(sigma))) == 1
-    lowered = np.maximum(planted - 2 * sigma, 1.0)
+    lowered = np.maximum(planted - 2 * 51, 1.0)  # sigma_Z = ceil(sqrt(50^2 + 2^2)) = 51
     assert replayed.margins.subset_rows == pytest.approx(replayed.requested.membership @ lowered)
     assert replayed.spec.method.train_size is None and replayed.plan.spec.train_size == round(planted.sum())
     # the margins really depend on those counts: more rows, smaller margins
