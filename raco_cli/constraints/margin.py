@@ -221,26 +221,27 @@ def margins(cons: ConstraintSet, cell_rows: np.ndarray, *, confidence: float, si
 
 
 def claimed_confidence(confidence: float | None, margins: Margins | None, *, feasible: bool | None,
-                       selection: str) -> tuple[float | None, str | None]:
+                       averaged_iterates: bool) -> tuple[float | None, str | None]:
     """The confidence a run may print and record, with the reason when it may not: a margin
     only turns into "meets gamma on new data w.p. >= c" for a released model that met its
     training target ``gamma - m`` (the margin assumes ``G <= gamma - m``, module docstring).
     So no claim when the training-side signal of the released model is infeasible or absent,
-    and none under ``selection=average``: its signal averages the iterates' rates, which is not
-    the averaged model's rate (a linear model's rates are not linear in its weights).
+    and none when that signal averages the iterates' rates (``averaged_iterates``:
+    ``selection=average`` read from the noisy histograms), which is not the averaged model's
+    rate (a linear model's rates are not linear in its weights).
 
-    >>> claimed_confidence(0.9, None, feasible=True, selection="best_feasible")
+    >>> claimed_confidence(0.9, None, feasible=True, averaged_iterates=False)
     (None, None)
     >>> m = Margins(confidence=0.9, margin=np.array([0.02]), subset_rows=np.ones(1), z=np.ones(1))
-    >>> claimed_confidence(0.9, m, feasible=True, selection="best_feasible")
+    >>> claimed_confidence(0.9, m, feasible=True, averaged_iterates=False)
     (0.9, None)
-    >>> claimed_confidence(0.9, m, feasible=False, selection="best_feasible")[0] is None
+    >>> claimed_confidence(0.9, m, feasible=False, averaged_iterates=False)[0] is None
     True
     """
     if margins is None or confidence is None:
         return None, None
     m = float(np.max(margins.margin)) if margins.margin.size else 0.0
-    if selection == "average":
+    if averaged_iterates:
         return None, (f"trained against gamma - {m:.4f}, but selection=average's signal averages the iterates' rates, "
                       "not the averaged model's: no confidence claimed; use method.selection=best_feasible")
     if feasible is None:
@@ -249,3 +250,22 @@ def claimed_confidence(confidence: float | None, margins: Margins | None, *, fea
         return None, (f"trained against gamma - {m:.4f}, but the released model missed that target on the training side: "
                       "no confidence claimed; more steps, a larger eps or a looser constraint.gamma may reach it")
     return confidence, None
+
+
+def claim_for_record(confidence: float | None, margins: Margins | None, metrics: dict, *, selection: str) -> tuple[float | None, str | None]:
+    """:func:`claimed_confidence` of a released model's raw evaluation record (``metrics`` per
+    split, against the training targets): its exact training split when the record has it (full
+    records: the released model itself, averaged or not), else its noisy histograms
+    (``release``, scope=model), which under ``selection=average`` are the iterates' rates.
+
+    >>> m = Margins(confidence=0.9, margin=np.array([0.02]), subset_rows=np.ones(1), z=np.ones(1))
+    >>> claim_for_record(0.9, m, {"train": {"satisfied": True}}, selection="average")
+    (0.9, None)
+    >>> claim_for_record(0.9, m, {"release": {"satisfied": True}}, selection="average")[0] is None
+    True
+    """
+    exact = (metrics.get("train") or {}).get("satisfied")
+    noisy = (metrics.get("release") or {}).get("satisfied")
+    feasible = exact if exact is not None else noisy
+    return claimed_confidence(confidence, margins, feasible=None if feasible is None else bool(feasible),
+                              averaged_iterates=exact is None and selection == "average")

@@ -34,7 +34,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     """
     import torch
 
-    from raco_cli.constraints.margin import claimed_confidence
+    from raco_cli.constraints.margin import claim_for_record
     from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant
@@ -65,10 +65,8 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     satisfied = summary_mod.released_model_satisfied(metrics)
     # the confidence a margin supports only for a released model that met gamma - m in training
     # (its raw record: the training targets, not the requested gammas)
-    confidence, confidence_note = claimed_confidence(
-        spec.constraint.confidence, prep.margins, feasible=summary_mod.training_signal({"metrics": rec.metrics}),
-        selection=pplan.spec.selection,
-    )
+    confidence, confidence_note = claim_for_record(spec.constraint.confidence, prep.margins, rec.metrics,
+                                                   selection=pplan.spec.selection)
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
