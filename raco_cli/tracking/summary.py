@@ -35,12 +35,12 @@ seed, seeds        run seed and the derived init / sampling / noise / selection 
                    default under scope=model)
 confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied and the
                    released model met its training target gamma - m on the training side (the claim
-                   a margin supports: raco_cli/constraints/margin.py ``claimed_confidence``), else null
+                   a margin supports: raco_cli/constraints/margin.py ``claim_for_record``), else null
 margins            (added in v1, optional) constraint name -> its generalisation margin m_j: the run
                    trained and selected against gamma_j - m_j (raco_cli/constraints/margin.py)
 confidence_note    (added in v1, optional) why no confidence is claimed: ``constraint.confidence=auto``
                    applied no margin (the data cannot support it), or the released model missed its
-                   margined training target, or selection=average; else null
+                   margined training target, or selection=average read from the noisy histograms; else null
 tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
