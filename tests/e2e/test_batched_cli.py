@@ -69,7 +69,7 @@ def test_grouped_sweep_equals_one_job_per_run(tmp_path, scope):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, seeds", [("raco_dp", 8), ("dp_fermi", 4)])
+@pytest.mark.parametrize("method, seeds", [("raco_dp", 8), ("dp_fermi", 6)])
 def test_seeds_of_a_planned_scope_model_sweep_train_together_as_each_alone(tmp_path, method, seeds):
     """privacy.scope=model, T planned from each seed's released n~ (RaCO-DP: T 79-88): the runs
     within MIXED_STEPS_SPREAD of the smallest T train as one group to its largest T, and every
