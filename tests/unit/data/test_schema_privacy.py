@@ -134,6 +134,9 @@ def test_the_schema_release_is_in_the_runs_event_and_eps(files, tmp_path, capsys
             "+dataset.options.types={age:private,flag:private,city:private}", "+dataset.options.levels={y:private,sex:private}",
             "dataset.options.missing_indicator=private", "dataset.estimate_noise_multiplier=13", "method.max_steps=20",
             "tracking.enabled=false", "constraint.confidence=null",
+            # seeded: with fresh OS noise flag's one odd value gives a noisy rest of text cells above 2 sqrt(2) s,
+            # hence 'categorical', in about 2.4 % of runs (CI saw it once)
+            "privacy.secure_rng=false", "seed=0",
         ]))  # fmt: skip
     assert [k for k, _ in tape.entries].count("estimates") == 1
     est = prep.data.meta["estimates"]
