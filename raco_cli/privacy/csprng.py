@@ -21,10 +21,17 @@ import secrets
 import numpy as np
 
 
+def urandom_words(count: int) -> np.ndarray:
+    """``count`` uniform 64-bit words from ``os.urandom`` (one 8-byte read each, in order), as a
+    writable uint64 array: the bits every secure host-side draw is cut from."""
+    return np.frombuffer(bytearray(os.urandom(8 * count)), dtype=np.uint64)
+
+
 def urandom_53_bits(shape: tuple[int, ...]) -> np.ndarray:
-    """Uniform 53-bit integers from ``os.urandom`` (one 8-byte read each, in row-major order),
-    as float64 of shape ``shape``: the draws the secure sources scale into (0, 1) / [0, 1)."""
-    bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
+    """Uniform 53-bit integers from ``os.urandom`` (the top 53 bits of :func:`urandom_words`, in
+    row-major order), as float64 of shape ``shape``: the draws the secure sources scale into
+    (0, 1) / [0, 1)."""
+    bits = urandom_words(math.prod(shape)) >> np.uint64(11)
     return bits.astype(np.float64).reshape(shape)
 
 

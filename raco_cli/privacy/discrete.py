@@ -49,11 +49,12 @@ release is covered by ``GaussianDpEvent(sigma)`` for L2 sensitivity 1.
 from __future__ import annotations
 
 import math
-import os
 from fractions import Fraction
 
+import numpy as np
 import torch
 
+from raco_cli.privacy.csprng import urandom_words
 from raco_cli.privacy.mechanisms import NoiseSource, SecureNoise
 
 WORD_BITS = 62  # random words are uniform on [0, 2**62): torch.randint's range and os.urandom >> 2
@@ -104,17 +105,11 @@ def discrete_gaussian_for(sigma_continuous: float, rounding_sd: float = ROUNDING
 # --- random words and uniform integers ---------------------------------------------------------
 
 
-def _device(source: NoiseSource) -> torch.device:
-    return source.device
-
-
 def random_words(count: int, source: NoiseSource) -> torch.Tensor:
     """``count`` independent uniform integers on [0, 2**62), int64 on the source's device."""
     if isinstance(source, SecureNoise):
-        raw = torch.frombuffer(bytearray(os.urandom(8 * count)), dtype=torch.int64) if count else torch.empty(0, dtype=torch.int64)
-        # the 64 bits as int64 (two's complement); an arithmetic shift right by 2 and a mask keep the top 62 bits
-        words = (raw >> 2) & (_WORDS - 1)
-        return words.to(source.device)
+        words = urandom_words(count) >> np.uint64(64 - WORD_BITS)  # the top 62 bits
+        return torch.from_numpy(words.view(np.int64)).to(source.device)
     return torch.randint(0, _WORDS, (count,), generator=source, dtype=torch.int64, device=source.device)
 
 
@@ -166,7 +161,7 @@ def bernoulli_exp(n: torch.Tensor, d: torch.Tensor, source: NoiseSource) -> torc
     Bernoulli(exp(-1)), all 1 (stopping at the first 0), and Bernoulli(exp(-(gamma - floor gamma)))."""
     n, d = torch.broadcast_tensors(torch.as_tensor(n, dtype=torch.int64), torch.as_tensor(d, dtype=torch.int64))
     shape = n.shape
-    n, d = n.reshape(-1).to(_device(source)), d.reshape(-1).to(_device(source))
+    n, d = n.reshape(-1).to(source.device), d.reshape(-1).to(source.device)
     if n.numel() and (int(n.min()) < 0 or int(d.min()) < 1):
         raise ValueError("bernoulli_exp needs n >= 0 and d >= 1")
     return _bernoulli_exp(n, d, source).reshape(shape)
@@ -225,7 +220,7 @@ def _bernoulli_exp_int(n: int, d: int, source: NoiseSource) -> bool:
 
 def _geometric(count: int, source: NoiseSource) -> torch.Tensor:
     """V = the number of consecutive 1s of Bernoulli(exp(-1)): P(V = v) = (1 - 1/e) e^-v."""
-    device = _device(source)
+    device = source.device
     V = torch.zeros(count, dtype=torch.int64, device=device)
     alive = torch.arange(count, device=device)
     while alive.numel():
@@ -243,7 +238,7 @@ def discrete_laplace(shape: tuple[int, ...], t: int, source: NoiseSource) -> tor
     Loop: U uniform on [0, t); reject unless Bernoulli(exp(-U / t)); V geometric
     (:func:`_geometric`); X = U + t V; a fair sign B; reject B = 1 with X = 0; Y = (1 - 2B) X."""
     t = _positive_int(t, "t")
-    device = _device(source)
+    device = source.device
     count = math.prod(shape)
     out = torch.zeros(count, dtype=torch.int64, device=device)
     pending = torch.arange(count, device=device)
@@ -275,7 +270,7 @@ def discrete_gaussian(shape: tuple[int, ...], sigma: int, source: NoiseSource) -
     sigma = _positive_int(sigma, "sigma")
     if sigma > MAX_SIGMA:
         raise ValueError(f"discrete_gaussian: sigma = {sigma} is above {MAX_SIGMA} (its int64 arithmetic is exact only up to there)")
-    device = _device(source)
+    device = source.device
     count = math.prod(shape)
     out = torch.zeros(count, dtype=torch.int64, device=device)
     pending = torch.arange(count, device=device)

@@ -39,7 +39,7 @@ docs/privacy.md, section "Noise source and floating point".
 from __future__ import annotations
 
 import math
-import os  # os.urandom (tests patch mechanisms.os.urandom: the os module, so raco_cli.privacy.csprng's reads too)
+import os  # noqa: F401 - os.urandom, read by raco_cli.privacy.csprng (tests patch mechanisms.os.urandom: the os module)
 from collections.abc import Callable
 
 import numpy as np
@@ -120,7 +120,10 @@ def _urandom_uniform_tensor(shape: tuple[int, ...]) -> torch.Tensor:
     without overlap), which torch then shares.  Each fresh array of millions of entries costs
     its page faults (~2.5 ms a million doubles here), so one instead of three (shift, float,
     scale) matters at ResNet16's 6.5 M."""
-    bits = np.frombuffer(os.urandom(8 * math.prod(shape)), dtype=np.uint64) >> np.uint64(11)
+    from raco_cli.privacy.csprng import urandom_words
+
+    bits = urandom_words(math.prod(shape))
+    bits >>= np.uint64(11)
     u = bits.view(np.float64)
     np.add(bits, 0.5, out=u)
     u *= 2.0**-53

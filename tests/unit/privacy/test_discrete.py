@@ -285,17 +285,20 @@ def test_secure_noise_draws_int64_on_the_source_device(device):
 
 def test_secure_words_are_the_top_62_bits_of_os_urandom(monkeypatch):
     """All-ones bytes give 2**62 - 1, zero bytes 0; and with os.urandom replaced by a seeded
-    stream, the secure draws are reproducible: they read os.urandom and nothing else."""
-    monkeypatch.setattr(discrete.os, "urandom", lambda k: b"\xff" * k)
+    stream, the secure draws are reproducible: they read os.urandom (through csprng.urandom_words)
+    and nothing else."""
+    from raco_cli.privacy import csprng
+
+    monkeypatch.setattr(csprng.os, "urandom", lambda k: b"\xff" * k)
     assert random_words(3, SecureNoise()).tolist() == [2**62 - 1] * 3
-    monkeypatch.setattr(discrete.os, "urandom", lambda k: b"\x00" * k)
+    monkeypatch.setattr(csprng.os, "urandom", lambda k: b"\x00" * k)
     assert random_words(2, SecureNoise()).tolist() == [0, 0]
 
     def stream(seed):
         rng = np.random.default_rng(seed)
         return lambda k: rng.bytes(k)
 
-    monkeypatch.setattr(discrete.os, "urandom", stream(4))
+    monkeypatch.setattr(csprng.os, "urandom", stream(4))
     a = discrete_gaussian((100,), 6, SecureNoise())
-    monkeypatch.setattr(discrete.os, "urandom", stream(4))
+    monkeypatch.setattr(csprng.os, "urandom", stream(4))
     assert torch.equal(a, discrete_gaussian((100,), 6, SecureNoise()))
