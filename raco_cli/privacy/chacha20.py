@@ -51,19 +51,12 @@ def _rotl(x: torch.Tensor, n: int, tmp: torch.Tensor) -> None:
 
 
 def _quarter_rounds(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, tmp: torch.Tensor) -> None:
-    """RFC 8439 section 2.1's quarter round on each column (a[i], b[i], c[i], d[i]), in place."""
-    _add(a, b)
-    d.bitwise_xor_(a)
-    _rotl(d, 16, tmp)
-    _add(c, d)
-    b.bitwise_xor_(c)
-    _rotl(b, 12, tmp)
-    _add(a, b)
-    d.bitwise_xor_(a)
-    _rotl(d, 8, tmp)
-    _add(c, d)
-    b.bitwise_xor_(c)
-    _rotl(b, 7, tmp)
+    """RFC 8439 section 2.1's quarter round on each column (a[i], b[i], c[i], d[i]), in place:
+    four steps ``x += y; z ^= x; z <<<= n``."""
+    for x, y, z, n in ((a, b, d, 16), (c, d, b, 12), (a, b, d, 8), (c, d, b, 7)):
+        _add(x, y)
+        z.bitwise_xor_(x)
+        _rotl(z, n, tmp)
 
 
 def chacha20_blocks(key: torch.Tensor, nonce: torch.Tensor, counters: torch.Tensor, *, rounds: int = ROUNDS) -> torch.Tensor:
