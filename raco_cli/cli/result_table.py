@@ -34,7 +34,7 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
         return "\n".join(lines + _privacy_lines(summary, run_dir))
     majority = majority_rate(summary)
     baseline = "" if majority is None else f"   (predicting the majority class {majority[0]} everywhere: {majority[1]:.4f})"
-    headline, later = split_warnings(warning_lines(summary))
+    headline, later = model_warnings(summary), data_warnings(summary)
     lines = [
         f"{summary['method']} on {summary['dataset']} ({summary['constraint']}, gamma={summary['gamma']:g})",
         *headline,  # a near-constant model or one below the majority rate: said before any number
@@ -59,15 +59,6 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
 
 
 NEAR_CONSTANT = 0.02  # a predicted positive rate this close to 0 or 1 in every group: a (near-)constant model
-#: the warnings that say the numbers below them are not a useful model: the table's first lines
-HEADLINE_WARNINGS = ("a near-constant model", "worse than a constant")
-
-
-def split_warnings(lines: list[str]) -> tuple[list[str], list[str]]:
-    """(:data:`HEADLINE_WARNINGS` lines, the others) of :func:`warning_lines`."""
-    head = [w for w in lines if any(key in w for key in HEADLINE_WARNINGS)]
-    return head, [w for w in lines if w not in head]
-
 
 def majority_rate(summary: Mapping[str, Any]) -> tuple[str, float] | None:
     """(the test split's most frequent class, its share): the accuracy of the constant model a
@@ -87,10 +78,15 @@ def _against(found: tuple[str, float] | None) -> str:
 
 def warning_lines(summary: Mapping[str, Any]) -> list[str]:
     """One-line warnings about what the test numbers cannot show (from the test split only):
-    a released model that predicts one class for (nearly) every row of every group, whose
+    :func:`model_warnings` (the table's first lines) then :func:`data_warnings`."""
+    return model_warnings(summary) + data_warnings(summary)
+
+
+def model_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """The warnings that the numbers below them are not a useful model, said before any of
+    them: a released model that predicts one class for (nearly) every row of every group, whose
     accuracy is then the base rate and whose gap is 0 by construction; a test accuracy below
-    that of predicting the test split's most frequent class everywhere; and test groups too
-    small to measure a rate to within gamma (95 % half-width 1.96 * 0.5 / sqrt(n) > gamma)."""
+    that of predicting the test split's most frequent class everywhere."""
     test = summary["metrics"]["test"]
     out = []
     accuracy, found = test.get("accuracy"), majority_rate(summary)
@@ -106,6 +102,13 @@ def warning_lines(summary: Mapping[str, Any]) -> list[str]:
             out.append(f"  warning              test accuracy {accuracy:.4f} is below {base:.4f}, the accuracy of predicting the most "
                        f"frequent class ({majority}) for every test row: the released model is worse than a constant; try a larger "
                        "eps, more training rows, another method or method.lr (docs/your-own-data.md)")
+    return out
+
+
+def data_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """Test groups too small to measure a rate to within gamma (95 % half-width
+    1.96 * 0.5 / sqrt(n) > gamma): the test gap cannot show the constraint holds."""
+    out = []
     gamma = summary.get("gamma")
     sizes = (summary.get("group_sizes") or {}).get("test") or {}
     if isinstance(gamma, (int, float)) and gamma > 0 and summary.get("constraint") != "none":
