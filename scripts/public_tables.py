@@ -13,9 +13,12 @@ For each table given as ``NAME=FILE:LABEL:SENSITIVE``:
    total eps of 1 (docs/privacy.md "Tuning inside eps");
 4. non-private references on the same split (raco's split of the file, values read from the
    data): scikit-learn's LogisticRegression and fairlearn's ExponentiatedGradient with
-   DemographicParity(difference_bound=gamma).
+   DemographicParity(difference_bound=gamma);
+5. optionally (``--comparator``) the fair comparator of issue 61: ExponentiatedGradient at the
+   loosest difference_bound whose test constraint meets gamma in >= 9 of 10 random splits.
 
-Prints one markdown table: test accuracy (mean, min..max over seeds), the test DP constraint
+Prints one markdown table: test accuracy (mean, min..max over seeds), the printed confidence
+and how often it held on test (else the median gamma the certificate supports), the test DP constraint
 as raco's result table reports it (``test dp max Gamma``: ``max_g |P(pred=1 | g) - P(pred=1 | not g)|``,
 for two groups the difference between them) against gamma and the runs that meet it, and the majority
 class's accuracy.  Usage::
@@ -93,11 +96,18 @@ def private_search(conf: Path, name: str, out: Path, n: int, log: Path) -> list[
 
 def _row(name: str, who: str, runs: list[dict[str, Any]]) -> str:
     if not runs:
-        return f"| {name} | {who} | - | - | 0/0 |"
+        return f"| {name} | {who} | - | - | 0/0 | |"
     acc = np.array([test_numbers(s)[0] for s in runs])
     gam = np.array([test_numbers(s)[1] for s in runs])
     ok = sum(test_numbers(s)[2] for s in runs)
-    return f"| {name} | {who} | {acc.mean():.4f} ({acc.min():.4f}..{acc.max():.4f}) | {gam.mean():.4f} (max {gam.max():.4f}) | {ok}/{len(runs)} |"
+    printed = [s for s in runs if s.get("confidence") is not None]
+    held = sum(test_numbers(s)[2] for s in printed)
+    supported = [s["certificate"]["slack"] + s["gamma"] for s in runs if s.get("certificate") and not s["certificate"]["holds"]]
+    said = f"printed {len(printed)}/{len(runs)}, held {held}/{len(printed)}"
+    if supported:
+        said += f"; otherwise certified at gamma >= {np.median(supported):.3f} (median)"
+    return (f"| {name} | {who} | {acc.mean():.4f} ({acc.min():.4f}..{acc.max():.4f}) | {gam.mean():.4f} (max {gam.max():.4f}) "
+            f"| {ok}/{len(runs)} | {said} |")
 
 
 def test_numbers(s: dict[str, Any]) -> tuple[float, float, bool]:
@@ -125,6 +135,42 @@ def references(file: str, label: str, sensitive: str, types: dict[str, str]) -> 
     out["fairlearn ExponentiatedGradient"] = (float(np.mean([d[0] for d in draws])), float(np.mean([d[1] for d in draws])))
     out["majority class"] = (float(max(np.mean(y[te]), 1 - np.mean(y[te]))), 0.0)
     return out
+
+
+BOUNDS = (0.05, 0.04, 0.03, 0.02, 0.01, 0.005, 0.0)
+
+
+def fair_comparator(file: str, label: str, sensitive: str, types: dict[str, str], *, splits: int = 10) -> tuple[float, float, float, int]:
+    """The non-private model with raco's guarantee (issue 61's acceptance): fairlearn's
+    ExponentiatedGradient (DemographicParity) at the loosest ``difference_bound`` of
+    :data:`BOUNDS` whose test constraint is <= gamma in >= 90 % of ``splits`` random 75/25
+    splits of the file.  Returns (bound, mean test accuracy, mean test max Gamma, splits that met
+    gamma) at that bound (the tightest bound when none qualifies)."""
+    from fairlearn.reductions import DemographicParity, ExponentiatedGradient
+    from sklearn.linear_model import LogisticRegression
+
+    from raco_cli.data import table
+
+    data = table.load(path=file, label=label, sensitive=sensitive, types=types)
+    X, y, g = np.asarray(data.X), np.asarray(data.y), np.asarray(data.group)
+    found = None
+    for bound in BOUNDS:
+        scores = []
+        for split in range(splits):
+            order = np.random.default_rng(split).permutation(len(y))
+            cut = int(0.75 * len(y))
+            tr, te = order[:cut], order[cut:]
+            eg = ExponentiatedGradient(LogisticRegression(max_iter=2000), DemographicParity(difference_bound=bound))
+            eg.fit(X[tr], y[tr], sensitive_features=g[tr])
+            rng = np.random.default_rng(split)
+            pred = eg._pmf_predict(X[te])[:, 1] > rng.random(len(te))
+            scores.append(_score(pred, y[te], g[te]))
+        met = sum(v <= GAMMA for _, v in scores)
+        found = (bound, float(np.mean([a for a, _ in scores])), float(np.mean([v for _, v in scores])), met)
+        if met >= 0.9 * splits:
+            break
+    assert found is not None
+    return found
 
 
 def _types(conf: Path, name: str) -> dict[str, str]:
@@ -155,6 +201,8 @@ def main() -> None:
     ap.add_argument("--grid-seeds", type=int, default=3)
     ap.add_argument("--private-searches", type=int, default=0,
                     help="also N private searches (raco tune, scope=model, total eps 1) of the defaults")
+    ap.add_argument("--comparator", action="store_true",
+                    help="also the fair comparator: ExponentiatedGradient at the loosest bound meeting gamma in >= 9 of 10 splits")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "log.txt"
@@ -179,9 +227,13 @@ def main() -> None:
             searches = private_search(conf, name, args.out / name / "private", args.private_searches, log)
             rows.append(_row(name, f"private search, total eps 1 ({len(searches)} of {args.private_searches} released)", searches))
         for who, (a, v) in references(file, label, sensitive, _types(conf, name)).items():
-            rows.append(f"| {name} | {who} | {a:.4f} | {v:.4f} | {'' if who == 'majority class' else ('yes' if v <= GAMMA else 'no')} |")
-    print("| table | model | test accuracy | test max Gamma (gamma 0.05) | meets gamma |")
-    print("|---|---|---|---|---|")
+            rows.append(f"| {name} | {who} | {a:.4f} | {v:.4f} | {'' if who == 'majority class' else ('yes' if v <= GAMMA else 'no')} | |")
+        if args.comparator:
+            bound, a, v, met = fair_comparator(file, label, sensitive, _types(conf, name))
+            rows.append(f"| {name} | fair comparator: ExponentiatedGradient, difference_bound {bound:g} (10 random splits) | {a:.4f} "
+                        f"| {v:.4f} | {met}/10 | |")
+    print("| table | model | test accuracy | test max Gamma (gamma 0.05) | meets gamma | confidence |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -83,7 +83,7 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
     shared step; dp_sgd: T x Gauss(sigma); dp_fermi: the noisy counts then T x one sample
     feeding two Gaussians (one Gaussian of sigma = (sigma_theta^-2 + sigma_W^-2)^-1/2);
     dpse: one Gaussian (module docstring of raco_cli.methods.dpse); plus the DP count of the
-    training rows and the DP standardisation (Gaussians) and the private selection (pure eps_sel-DP).
+    training rows, the DP standardisation and the certificate's counts (Gaussians) and the private selection (pure eps_sel-DP).
     """
     hp, T, q = summary["hyperparameters"], int(summary["steps"]), float(summary["sample_rate"])
     method = summary["method"]
@@ -112,6 +112,8 @@ def summary_epsilon(summary: dict[str, Any], *, constrained: bool) -> float:
         run = run.compose(_gaussian(hp["size_noise"]))
     if hp.get("preprocessing_noise", 0.0) > 0:
         run = run.compose(_gaussian(hp["preprocessing_noise"]))
+    if hp.get("certificate_noise", 0.0) > 0:  # the released model's certificate (scope=model, constraint.confidence)
+        run = run.compose(_gaussian(hp["certificate_noise"]))
     if hp.get("selection_eps", 0.0) > 0:
         run = run.compose(pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(hp["selection_eps"], 0.0),
                                                           value_discretization_interval=DISCRETIZATION))

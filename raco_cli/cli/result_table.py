@@ -43,10 +43,11 @@ def format_result(summary: Mapping[str, Any], run_dir: Path) -> str:
     if "dp_gap" in test and "dp" not in (test.get("constraints") or {}):
         lines.append(f"  test DP gap (hard)   {test['dp_gap']:.4f}   (not constrained)")
     lines += constraint_lines(test)
-    if summary.get("margins") and summary.get("confidence") is not None:  # claimed only when supported (constraints/margin.py)
-        m = max(summary["margins"].values())
-        lines.append(f"  confidence           {summary['confidence']:g}   (trained and selected against gamma - {m:.4f} to meet gamma on new "
-                     f"data of the test split's size w.p. >= {summary['confidence']:g})")
+    certificate = summary.get("certificate") or {}
+    if certificate.get("holds") and summary.get("confidence") is not None:  # claimed only when certified (run/certify.py)
+        how = "noisy validation counts" if certificate.get("count_sd") else "exact validation counts"
+        lines.append(f"  confidence           {summary['confidence']:g}   (certified on {how}: meets gamma on new data of the "
+                     f"test split's size w.p. >= {summary['confidence']:g})")
     elif summary.get("confidence_note"):
         lines.append(f"  confidence           none   ({summary['confidence_note']})")
     signal = training_signal(summary)

@@ -132,6 +132,10 @@ class MethodSpec:
         estimate_noise: noise multiplier of the one Gaussian release of a table's private
             bounds, level lists and missing-value indicators (``private`` values of
             ``dataset=table``, :mod:`raco_cli.privacy.estimates`); 0 = no such release.
+        certificate_noise: noise multiplier of the one Gaussian release of the released
+            model's validation prediction counts, its certificate (``constraint.confidence``
+            under scope=model, ``privacy.certificate_noise_multiplier``,
+            :mod:`raco_cli.privacy.certificate`); 0 = no such release.
         reserved_delta: the part of delta the thresholding of that release takes (its
             data-dependent levels); the accountant computes epsilon at ``delta - reserved_delta``
             (:meth:`accounting_delta`).
@@ -168,6 +172,7 @@ class MethodSpec:
     size_noise: float = 0.0
     train_size: float | None = None
     estimate_noise: float = 0.0
+    certificate_noise: float = 0.0
     reserved_delta: float = 0.0
     options: Mapping[str, Any] = UNSET
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
@@ -285,6 +290,8 @@ class Seeds:
         size: Gaussian noise of the DP count of the training rows (``privacy.scope=model``).
         estimates: Gaussian noise of a table's private estimates (``private`` values of
             ``dataset=table``, :mod:`raco_cli.privacy.estimates`).
+        certificate: Gaussian noise of the released model's certificate
+            (:mod:`raco_cli.privacy.certificate`).
     """
 
     seed: int
@@ -295,15 +302,16 @@ class Seeds:
     preprocessing: int = 0
     size: int = 0
     estimates: int = 0
+    certificate: int = 0
 
     @classmethod
     def from_seed(cls, seed: int) -> Seeds:
-        # spawn(7)[:6] == spawn(6): adding a seed leaves the earlier ones unchanged
-        init, sampling, noise, selection, preprocessing, size, estimates = (
-            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(7)
+        # spawn(8)[:7] == spawn(7): adding a seed leaves the earlier ones unchanged
+        init, sampling, noise, selection, preprocessing, size, estimates, certificate = (
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(8)
         )
         return cls(seed=seed, init=init, sampling=sampling, noise=noise, selection=selection, preprocessing=preprocessing,
-                   size=size, estimates=estimates)
+                   size=size, estimates=estimates, certificate=certificate)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import dp_accounting as dpa
 from raco_cli.errors import BUDGET_EXCEEDED, UNREACHABLE_BUDGET, ConfigError, PrivacyBudgetError
 from raco_cli.methods.base import Method, MethodSpec
 from raco_cli.privacy import accountant, limits
+from raco_cli.privacy.certificate import certificate_event
 from raco_cli.privacy.estimates import estimates_event
 from raco_cli.privacy.preprocessing import standardization_event
 from raco_cli.privacy.selection import selection_event
@@ -48,7 +49,8 @@ def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
     """The releases a private run makes once, outside its steps: a table's private estimates
     (``private`` bounds / levels / indicators of ``dataset=table``), the DP count of the
     training rows and the DP standardisation (``dataset.preprocessing=dp``) before training,
-    and the private checkpoint selection (``privacy.scope=model``) after it."""
+    and the private checkpoint selection and the released model's certificate
+    (``privacy.scope=model``) after it."""
     out = []
     if spec.estimate_noise > 0:
         out.append(estimates_event(spec.estimate_noise))
@@ -58,6 +60,8 @@ def once_events(spec: MethodSpec) -> list[dpa.DpEvent]:
         out.append(standardization_event(spec.preprocessing_noise))
     if spec.selection_eps > 0:
         out.append(selection_event(spec.selection_eps))
+    if spec.certificate_noise > 0:
+        out.append(certificate_event(spec.certificate_noise))
     return out
 
 

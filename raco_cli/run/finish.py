@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from raco_cli.run.certify import certificate_of, claim
 from raco_cli.run.records import log_final
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     """
     import torch
 
-    from raco_cli.constraints.margin import claim_for_record
     from raco_cli.figures.curves import plot_training_curves
     from raco_cli.methods.planning import run_event
     from raco_cli.privacy import accountant
@@ -63,10 +63,10 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
     requested = prep.requested if prep.requested is not None else cons
     metrics, last_metrics = (requested_metrics(m, requested) for m in (rec.metrics, result.history[-1].metrics))
     satisfied = summary_mod.released_model_satisfied(metrics)
-    # the confidence a margin supports only for a released model that met gamma - m in training
-    # (its raw record: the training targets, not the requested gammas)
-    confidence, confidence_note = claim_for_record(spec.constraint.confidence, prep.margins, rec.metrics,
-                                                   selection=pplan.spec.selection)
+    # the confidence only the released model's certificate supports (run/certify.py): one
+    # accounted release of its validation prediction counts under scope=model
+    certificate = certificate_of(prep, result)
+    confidence, confidence_note = claim(certificate, spec.constraint.gamma)
     summary = {
         "schema_version": summary_mod.SCHEMA_VERSION,
         "method": spec.method.name,
@@ -109,6 +109,7 @@ def finish_run(prep: Any, result: Any, run_dir: Path, recorder: Any, *, started:
         "confidence": confidence,
         "margins": None if prep.margins is None else {n: float(m) for n, m in zip(cons.names, prep.margins.margin)},
         "confidence_note": confidence_note or prep.confidence_note,
+        "certificate": None if certificate is None else certificate.record(tuple(requested.names)),
         "lambda": result.lam,
         "hyperparameters": spec_dict(pplan.spec),
         "group_sizes": {s: data.group_sizes(s) for s in ("train", "val", "test")},

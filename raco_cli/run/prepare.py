@@ -311,8 +311,22 @@ def prepare_until_plan(cfg: Mapping[str, Any], *, shared_features: bool = False,
     if resolve is not None:  # settings derived from public sizes, e.g. the DRO SPIDER methods' phase=auto (Theorem 7)
         dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
         method_spec = resolve(method_spec, n_train=n_train, eps=spec.eps, delta=spec.delta, dim=dim)
+    if certifies(spec, method, cons, data) and spec.scope == "model" and method.PRIVATE:
+        # the released model's certificate: one accounted release after training, in the plan
+        # (raco_cli/privacy/certificate.py)
+        method_spec = replace(method_spec, certificate_noise=spec.certificate_noise_multiplier)
     return Unplanned(spec=spec, resolved=resolved, method=method, seeds=seeds, data=data, method_spec=method_spec, constraints=cons,
                      cell_rows=cell_rows, scaling=scaling, model=model, n_train=n_train)
+
+
+def certifies(spec: RunSpec, method: Any, cons: Any, data: Any) -> bool:
+    """Whether the run certifies its released model (:mod:`raco_cli.constraints.certificate`):
+    ``constraint.confidence`` set, a classification task with constraints, and a method whose
+    checkpoint choice reads a feasibility signal (the methods the margins train; DP-FERMI and DPSE
+    report the test constraint only)."""
+    flags = getattr(method, "FLAGS", None)
+    return (spec.constraint.confidence is not None and not cons.is_empty and data.target is None
+            and flags is not None and bool(flags.constrained))
 
 
 FEW_STEPS = 50  # fewer planned steps than this: the run warns and suggests a batch size

@@ -28,7 +28,7 @@ MAX_RHO = 1e4  # rho-zCDP budgets far beyond any meaningful guarantee (rho = 50 
 # MethodSpec fields the run layer sets (scope, noise source, private selection, preprocessing
 # and size releases): not settable as method.<key>
 RUN_LEVEL = ("secure_rng", "scope", "selection_eps", "preprocessing_noise", "size_noise", "train_size", "estimate_noise",
-             "reserved_delta", "objective")
+             "certificate_noise", "reserved_delta", "objective")
 _HASH_EXCLUDED = ("tracking", "hydra", "device", "paths", "dataset.mirror", "dataset.download", "method.tuned_on")
 
 
@@ -107,6 +107,7 @@ class RunSpec:
     task: str = "auto"  # task: auto (the dataset's) | classification | regression
     rho: float | None = None  # privacy.rho: a rho-zCDP budget; eps is then derived from it (docs/dpse.md)
     size_noise_multiplier: float = 50.0  # privacy.size_noise_multiplier: Gaussian noise (rows) of the DP training-size count
+    certificate_noise_multiplier: float = 10.0  # privacy.certificate_noise_multiplier: Gaussian noise (rows) of the certificate's counts
     tuned_on: Mapping[str, Any] | None = None  # method.tuned_on: where the hyperparameters were chosen (dataset, split, protocol)
     auto_batch: bool = False  # method.batch_size=auto: chosen from the (DP) training size by prepare_run
     auto_lr_dual: bool = False  # method.lr_dual=auto: chosen from the plan and the (DP) cell sizes by prepare_run
@@ -387,6 +388,13 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
     if not math.isfinite(size_noise) or size_noise <= 0:
         raise ConfigError(f"privacy.size_noise_multiplier must be a positive finite number (got privacy.size_noise_multiplier="
                           f"{size_noise}); it is the Gaussian noise (in rows) of the DP count of the training rows (default 50).")
+    certificate_noise = _number({"s": privacy.get("certificate_noise_multiplier", 10.0)}, "s",
+                                "privacy.certificate_noise_multiplier",
+                                "the noise multiplier of the certificate's validation counts (scope=model).")
+    if not math.isfinite(certificate_noise) or not 1 <= certificate_noise <= 1e6:
+        raise ConfigError(f"privacy.certificate_noise_multiplier must be a number in [1, 1e6] (got "
+                          f"privacy.certificate_noise_multiplier={certificate_noise}); it is the Gaussian noise (in rows) of the "
+                          "released model's validation counts that certify constraint.confidence (default 10).")
     share = _number({"s": privacy.get("selection_share", 0.05)}, "s", "privacy.selection_share",
                     "the share of eps spent on the private checkpoint choice.")
     if not 0 < share < 1:
@@ -519,6 +527,7 @@ def build_run_spec(cfg: Mapping[str, Any]) -> RunSpec:
         task=str(task),
         rho=rho,
         size_noise_multiplier=float(size_noise),
+        certificate_noise_multiplier=float(certificate_noise),
         tuned_on=_tuned_on((c.get("method") or {}).get("tuned_on")),
         auto_batch=(c.get("method") or {}).get("batch_size") == "auto",
         auto_lr_dual=(c.get("method") or {}).get("lr_dual") == "auto",

@@ -33,14 +33,18 @@ sampling           independent | shared
 seed, seeds        run seed and the derived init / sampling / noise / selection /
                    preprocessing / size seeds (all but init: null with secure_rng, the
                    default under scope=model)
-confidence         (added in v1, optional) ``constraint.confidence`` when margins were applied and the
-                   released model met its training target gamma - m on the training side (the claim
-                   a margin supports: raco_cli/constraints/margin.py ``claim_for_record``), else null
+confidence         (added in v1, optional) ``constraint.confidence`` when the released model's
+                   certificate holds (``certificate``), else null
 margins            (added in v1, optional) constraint name -> its generalisation margin m_j: the run
                    trained and selected against gamma_j - m_j (raco_cli/constraints/margin.py)
-confidence_note    (added in v1, optional) why no confidence is claimed: ``constraint.confidence=auto``
-                   applied no margin (the data cannot support it), or the released model missed its
-                   margined training target, or selection=average read from the noisy histograms; else null
+confidence_note    (added in v1, optional) why no confidence is claimed: the certificate does not
+                   support it (with the gamma it supports), or ``constraint.confidence=auto``
+                   applied no margin (the data cannot support it); else null
+certificate        (added in v1, optional) the released model's certificate
+                   (raco_cli/constraints/certificate.py): ``holds``, ``confidence``, ``achieved``
+                   (the confidence it gives at gamma), ``slack`` (it holds at gamma + slack),
+                   ``candidates`` (the union bound's N), ``count_sd`` (sigma_Z of the released
+                   counts; 0: exact), per constraint ``estimate`` and ``sd``; null without one
 tuned_on           (added in v1, optional) ``method.tuned_on`` (dataset, split, protocol where the
                    hyperparameters were chosen) with ``outside_eps``: chosen non-privately on
                    this very dataset
@@ -131,6 +135,9 @@ STATUS: dict[str, Any] = {
     # constraint.confidence: computed from the released cell counts (scope=model); the claim from
     # the released model's training signal (the noisy histograms)
     "margins": RELEASE, "confidence_note": RELEASE, "confidence": RELEASE,
+    # the released model's certificate: its validation prediction counts released once (scope=model,
+    # privacy/certificate.py), or exact (full records); every field post-processing of them
+    "certificate": RELEASE,
     # scope=model: q = B / n~ and n~, the released DP count of the training rows (privacy/size.py)
     "sample_rate": RELEASE, "train_size": RELEASE,
     # dataset=table's private bounds / levels / missing indicators: one accounted release (privacy/estimates.py)

@@ -173,7 +173,9 @@ def test_neighbouring_datasets_give_the_same_records(monkeypatch, tmp_path, case
     if case.startswith("raco_dp"):  # the size release is the partition's cell counts, and the margins read them
         size = dict(tape.entries)["size"]
         assert np.ndim(size) == 1 and len(size) == first["summary"]["partition_cells"] == 2
-        assert all(m > 0 for m in first["summary"]["margins"].values())  # (the claim follows the released signal)
+        assert all(m > 0 for m in first["summary"]["margins"].values())
+        # the released model's certificate: its validation counts, released once, and the claim read from them
+        assert kinds["certificate"] == 1 and first["summary"]["certificate"]["count_sd"] > 0, kinds
     assert_same_records(first, second)
 
 

@@ -361,31 +361,20 @@ def test_dual_auto_reads_hard_rates_when_a_margin_applies():
     assert explicit.margins is not None and not explicit.spec.auto_dual and explicit.plan.spec.dual == "soft"
 
 
-def test_a_confidence_is_claimed_only_for_a_model_that_met_its_margined_training_target():
-    """``claimed_confidence``: the margin's "w.p. >= c" assumes the released model met gamma - m
-    (module docstring); an infeasible or absent training signal, or a signal that averages the
-    iterates' rates (selection=average on the noisy histograms), claims nothing and says why."""
-    from raco_cli.constraints.margin import Margins, claimed_confidence
+def test_the_certificate_is_planned_inside_eps_and_only_where_a_confidence_is_claimed():
+    """scope=model with a confidence: the certificate's release (privacy.certificate_noise_multiplier)
+    is in the run's DpEvent tree before training, so the printed eps covers it; without a
+    confidence, or under scope=paper (exact counts, nothing to account), it is not."""
+    import dp_accounting as dpa
 
-    m = Margins(confidence=0.9, margin=np.array([0.01, 0.03]), subset_rows=np.ones(2), z=np.ones(2))
-    assert claimed_confidence(0.9, m, feasible=True, averaged_iterates=False) == (0.9, None)
-    for feasible, averaged, reason in ((False, False, "missed that target"), (None, False, "no training-side signal"),
-                                       (True, True, "selection=average")):
-        claim, note = claimed_confidence(0.9, m, feasible=feasible, averaged_iterates=averaged)
-        assert claim is None and reason in note and "gamma - 0.0300" in note
-    assert claimed_confidence(None, None, feasible=True, averaged_iterates=False) == (None, None)
+    prep, _ = _prepare()
+    assert prep.plan.spec.certificate_noise == 10.0
+    leaves = repr(prep.plan.event)
+    assert "GaussianDpEvent(noise_multiplier=10.0)" in leaves and prep.plan.eps_planned <= prep.spec.eps
+    without = [e for e in prep.plan.event.events if e != dpa.GaussianDpEvent(10.0)]
+    from raco_cli.privacy import accountant
 
-
-def test_the_claim_reads_the_released_models_exact_training_split_when_the_record_has_it():
-    """``claim_for_record``: full records evaluate the released model itself on the training split
-    (also the averaged one), so selection=average may claim there; scope=model's record has only
-    the noisy histograms, which under selection=average are the iterates' rates."""
-    from raco_cli.constraints.margin import Margins, claim_for_record
-
-    m = Margins(confidence=0.9, margin=np.array([0.02]), subset_rows=np.ones(1), z=np.ones(1))
-    for selection in ("average", "best_feasible"):
-        assert claim_for_record(0.9, m, {"train": {"satisfied": True}, "release": {"satisfied": False}}, selection=selection) == (0.9, None)
-        assert claim_for_record(0.9, m, {"train": {"satisfied": False}, "release": {"satisfied": True}}, selection=selection)[0] is None
-    assert claim_for_record(0.9, m, {"release": {"satisfied": True}}, selection="best_feasible") == (0.9, None)
-    assert "selection=average" in claim_for_record(0.9, m, {"release": {"satisfied": True}}, selection="average")[1]
-    assert "no training-side signal" in claim_for_record(0.9, m, {"test": {"satisfied": True}}, selection="last")[1]
+    assert accountant.cached_epsilon(dpa.ComposedDpEvent(without), prep.spec.delta) < prep.plan.eps_planned
+    for extra in (["constraint.confidence=null"], ["privacy.scope=paper", "constraint.confidence=0.9"]):
+        other, _ = _prepare(*extra)
+        assert other.plan.spec.certificate_noise == 0.0 and "GaussianDpEvent(noise_multiplier=10.0)" not in repr(other.plan.event)
