@@ -21,7 +21,7 @@ import dp_accounting as dpa
 import numpy as np
 
 from raco_cli.privacy import releases
-from raco_cli.privacy.discrete import discrete_gaussian, discrete_gaussian_for
+from raco_cli.privacy.discrete import noisy_integer_counts
 from raco_cli.privacy.mechanisms import NoiseSource
 
 
@@ -31,18 +31,11 @@ def certificate_event(noise_multiplier: float) -> dpa.DpEvent:
 
 
 def noisy_counts(counts: np.ndarray, *, noise_multiplier: float, source: NoiseSource) -> np.ndarray:
-    """``counts + Z`` (module docstring), int64 of the same shape, through the replay tape.
+    """``counts + Z`` (module docstring, :func:`raco_cli.privacy.discrete.noisy_integer_counts`),
+    int64 of the same shape, through the replay tape.
 
     >>> import torch
     >>> noisy_counts(np.array([[10, 20]]), noise_multiplier=1e-9, source=torch.Generator().manual_seed(0)).shape
     (1, 2)
     """
-    exact = np.asarray(counts)
-    if not np.array_equal(exact.astype(np.int64), exact):
-        raise ValueError("noisy_counts releases integer counts")
-
-    def release() -> np.ndarray:
-        z = discrete_gaussian((exact.size,), discrete_gaussian_for(noise_multiplier), source).cpu().numpy()
-        return exact.astype(np.int64) + z.reshape(exact.shape)
-
-    return np.asarray(releases.release("certificate", release), dtype=np.int64)
+    return np.asarray(releases.release("certificate", lambda: noisy_integer_counts(counts, noise_multiplier, source)), dtype=np.int64)

@@ -295,3 +295,22 @@ def _positive_int(value: int, name: str) -> int:
     if isinstance(value, bool) or int(value) != value or int(value) < 1:
         raise ValueError(f"{name} must be a positive integer (got {value!r})")
     return int(value)
+
+
+def noisy_integer_counts(counts: np.ndarray, noise_multiplier: float, source: NoiseSource) -> np.ndarray:
+    """``counts + Z`` as int64 of the same shape, Z i.i.d. N_Z(0, sigma_Z^2) with ``sigma_Z =
+    discrete_gaussian_for(noise_multiplier)``: the body of every integer count release (the
+    partition's cell counts, :mod:`raco_cli.privacy.size`; a model's certificate,
+    :mod:`raco_cli.privacy.certificate`), which route it through the replay tape themselves.
+
+    >>> noisy_integer_counts(np.array([[10, 20]]), 1e-9, torch.Generator().manual_seed(0)).shape
+    (1, 2)
+
+    Raises:
+        ValueError: a count that is not an integer.
+    """
+    exact = np.asarray(counts)
+    if not np.array_equal(exact.astype(np.int64), exact):
+        raise ValueError("an integer count release got non-integer counts")
+    z = discrete_gaussian((exact.size,), discrete_gaussian_for(noise_multiplier), source).cpu().numpy()
+    return exact.astype(np.int64) + z.reshape(exact.shape)

@@ -37,7 +37,7 @@ import dp_accounting as dpa
 import numpy as np
 
 from raco_cli.privacy import releases
-from raco_cli.privacy.discrete import discrete_gaussian, discrete_gaussian_for
+from raco_cli.privacy.discrete import discrete_gaussian, discrete_gaussian_for, noisy_integer_counts
 from raco_cli.privacy.mechanisms import NoiseSource
 
 
@@ -74,12 +74,6 @@ def dp_cell_counts(counts: np.ndarray, *, noise_multiplier: float, source: Noise
     Returns:
         (n~, the noisy cell counts).
     """
-    def release() -> np.ndarray:
-        exact = np.asarray(counts)
-        if not np.array_equal(exact.astype(np.int64), exact):
-            raise ValueError("dp_cell_counts releases integer counts")
-        z = discrete_gaussian((len(exact),), discrete_gaussian_for(noise_multiplier), source).cpu().numpy()
-        return (exact.astype(np.int64) + z).astype(np.float64)
-
-    noisy = np.asarray(releases.release("size", release), dtype=np.float64)
+    noisy = np.asarray(releases.release("size", lambda: noisy_integer_counts(counts, noise_multiplier, source).astype(np.float64)),
+                       dtype=np.float64)
     return max(1, int(round(float(noisy.sum())))), noisy
